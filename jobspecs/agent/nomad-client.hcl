@@ -1,0 +1,116 @@
+# Nomad client agent with the gpujob plugins installed.
+#
+# This is what scripts/dev-up.sh renders for client 1 of the local dev
+# cluster (defaults: GPUJOB_DEV_DIR=/tmp/gpujob-dev, fake GPUs). Client i
+# binds 127.0.0.(i+1) with the same port numbers, so several clients share one
+# machine; on a real GPU host there is one client, bound to an internal
+# address, with backend = "nvml".
+#
+# Installing the plugins:
+#   1. `make build` puts bin/nomad-device-gpujob and bin/nomad-driver-gpujob
+#      into the checkout; copy them into plugin_dir on every client.
+#   2. Add the two plugin blocks below. A block's label must equal the
+#      executable's file name in plugin_dir, or Nomad ignores the config.
+#   3. Restart the client; `nomad node status -verbose <node>` then lists the
+#      nvidia/gpu devices and the gpujob driver.
+#
+#   nomad agent -config jobspecs/agent/nomad-client.hcl
+
+name                 = "gpujob-dev-client-1"
+datacenter           = "dc1"
+data_dir             = "/tmp/gpujob-dev/client-1/data"
+log_level            = "INFO"
+disable_update_check = true
+
+# Absolute path of the directory holding the external plugins. Nomad runs
+# every executable in it as a plugin and won't start if one isn't, so keep
+# only plugins there (not the gpujob CLI).
+plugin_dir = "/opt/gpujob/plugins"
+
+# Each client on a shared machine gets its own loopback address (Linux
+# routes all of 127.0.0.0/8 to lo), so every client keeps the default ports.
+bind_addr = "127.0.0.2"
+
+ports {
+  http = 4646
+  rpc  = 4647
+  serf = 4648
+}
+
+# Required with a loopback bind_addr outside `-dev` mode.
+advertise {
+  http = "127.0.0.2:4646"
+  rpc  = "127.0.0.2:4647"
+  serf = "127.0.0.2:4648"
+}
+
+client {
+  enabled = true
+
+  # The server's RPC address; no Consul auto-join needed on one machine.
+  servers = ["127.0.0.1:4647"]
+
+  # Task ports are allocated on this interface's address (127.0.0.1 here).
+  network_interface = "lo"
+
+  # All clients on one machine fingerprint the same 127.0.0.1, so give each
+  # its own dynamic port range, or two clients could hand out the same port.
+  min_dynamic_port = 20000
+  max_dynamic_port = 20999
+
+  # cgroups v1: each client reconciles the cpuset cgroups under its parent
+  # and removes ones it doesn't know, so clients sharing a machine must not
+  # share the default "/nomad" parent.
+  cgroup_parent = "/gpujob-dev-client-1"
+
+  # Skip fingerprinting drivers a GPU training host doesn't use.
+  options {
+    "driver.denylist" = "docker,qemu,java"
+  }
+}
+
+consul {
+  address = "127.0.0.1:8500"
+}
+
+# raw_exec runs the e2e test workloads and plain host processes. Disable it
+# on shared production clients: it runs tasks unisolated, as the agent's user.
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+
+# GPU device plugin: fingerprints GPUs (and their health) and reports them to
+# the scheduler as nvidia/gpu devices, with the same attribute names as
+# HashiCorp's nomad-device-nvidia (memory, power, bar1, driver_version, ...).
+plugin "nomad-device-gpujob" {
+  config {
+    enabled            = true
+    backend            = "fake"        # "nvml" on a machine with an NVIDIA driver
+    fingerprint_period = "1m"
+    ignored_gpu_ids    = []            # UUIDs the scheduler must never hand out
+    health {
+      # XIDs that are the application's fault, not the card's: they must not
+      # mark a GPU unhealthy.
+      ignored_xids = [13, 31, 43, 45, 68, 109]
+    }
+    # Used only with backend = "fake": GPUs that don't exist, for testing
+    # scheduling on machines without NVIDIA hardware.
+    fake {
+      count      = 4
+      model      = "Tesla T4"
+      memory_mib = 15360
+      id_seed    = "client-1"          # makes fake UUIDs differ between clients on one machine
+    }
+  }
+}
+
+# gpujob task driver: starts the workers of a distributed training group and
+# injects rank and rendezvous (from Consul) into them. Jobs select it by the
+# driver's plugin name in `driver = "..."`. Plugins inherit the client's
+# environment (scripts/dev-up.sh sets CONSUL_HTTP_ADDR and NOMAD_ADDR there).
+plugin "nomad-driver-gpujob" {
+  config {
+  }
+}

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Stops the local dev cluster that scripts/dev-up.sh started from
+# GPUJOB_DEV_DIR (/tmp/gpujob-dev): its agents, and the task, executor and
+# plugin processes its Nomad clients left behind; then unmounts what the tasks
+# mounted and removes the state dir. Safe to run when nothing is up.
+#
+# Usage: scripts/dev-down.sh [--keep-logs]
+#   --keep-logs  leave $GPUJOB_DEV_DIR/logs (dev-up uses it after a failed start)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
+
+keep_logs=0
+case ${1:-} in
+"") ;;
+--keep-logs) keep_logs=1 ;;
+*) die "usage: $0 [--keep-logs]" ;;
+esac
+
+dir=$(gpujob_dev_dir)
+if [ ! -e "$dir" ]; then
+	echo "no dev cluster to stop: $dir does not exist"
+	exit 0
+fi
+# dev-up marks its state dir; never kill or rm -rf on the strength of an
+# environment variable that points somewhere else.
+[ -f "$dir/.gpujob-dev" ] || die "$dir is not a gpujob dev state dir (no .gpujob-dev marker); not touching it"
+dir=$(cd "$dir" && pwd -P)
+
+# stop GRACE PID... sends SIGTERM, waits up to GRACE seconds, then SIGKILLs
+# whatever is left.
+stop() {
+	local grace=$1 end p left
+	shift
+	[ $# -gt 0 ] || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	end=$((SECONDS + grace))
+	while :; do
+		left=()
+		for p; do gpujob_proc_alive "$p" && left+=("$p"); done
+		[ ${#left[@]} -gt 0 ] || return 0
+		((SECONDS < end)) || break
+		sleep 0.2
+	done
+	log "still running after ${grace}s, killing: ${left[*]}"
+	kill -KILL "${left[@]}" 2>/dev/null || true
+	for ((end = 0; end < 25; end++)); do
+		left=()
+		for p in "$@"; do gpujob_proc_alive "$p" && left+=("$p"); done
+		[ ${#left[@]} -gt 0 ] || return 0
+		sleep 0.2
+	done
+	log "warning: still alive after SIGKILL: ${left[*]}"
+}
+
+# descendants PID... prints every descendant of the given processes.
+descendants() {
+	# shellcheck disable=SC2009 # ps is the portable way to get every ppid at once
+	ps -e -o pid=,ppid= | awk -v roots="$*" '
+		{ kids[$2] = kids[$2] " " $1 }
+		END {
+			n = split(roots, q, " ")
+			for (i = 1; i <= n; i++) {
+				m = split(kids[q[i]], k, " ")
+				for (j = 1; j <= m; j++)
+					if (!(k[j] in seen)) { seen[k[j]] = 1; q[++n] = k[j]; print k[j] }
+			}
+		}'
+}
+
+# ancestors prints this script's PID and those of its ancestors, which must
+# survive however they mention the state dir (a shell whose cwd is in it, a
+# test harness that names it on its command line).
+ancestors() {
+	local p=$$ stat
+	while [ "$p" -gt 1 ] 2>/dev/null; do
+		echo "$p"
+		stat=$(cat "/proc/$p/stat" 2>/dev/null) || break
+		stat=${stat##*) }
+		p=$(echo "$stat" | cut -d' ' -f2)
+	done
+}
+
+# leftovers prints processes that run in, or name, a client's data dir, the
+# plugin dir or the agent configs: task processes (their cwd is the task
+# dir), executors (their command line names the alloc dir), plugins, and
+# agents whose PID file is gone. After a client crash the tasks are no longer
+# its descendants, so they are found this way.
+leftovers() {
+	local p cwd
+	for p in /proc/[0-9]*; do
+		cwd=$(readlink "$p/cwd" 2>/dev/null) || cwd=
+		if [[ $cwd == "$dir"/client-* ]] ||
+			tr '\0' ' ' <"$p/cmdline" 2>/dev/null |
+			grep -e "$dir/client-" -e "$dir/plugins/" -e "$dir/config/" -F >/dev/null; then
+			echo "${p#/proc/}"
+		fi
+	done
+}
+
+stopped=0
+pids_of() { # NAME-GLOB: live PIDs from matching PID files
+	local f pid
+	for f in "$dir"/pids/$1.pid; do
+		[ -e "$f" ] || continue
+		pid=$(gpujob_dev_pid "$f" "$dir") && echo "$pid"
+	done
+	return 0
+}
+
+# 1. The clients first: a live client would restart the tasks killed below.
+#    Their process trees are taken before they exit, while the tasks and
+#    plugins are still their descendants.
+mapfile -t client_pids < <(pids_of 'nomad-client-*')
+tree=()
+if [ ${#client_pids[@]} -gt 0 ]; then
+	mapfile -t tree < <(descendants "${client_pids[@]}")
+	log "stopping ${#client_pids[@]} Nomad client(s)"
+	stop 10 "${client_pids[@]}"
+	stopped=1
+fi
+
+# 2. What the clients left running: Nomad deliberately leaves executors and
+#    tasks alive when a client stops (so they survive an agent restart).
+mapfile -t found < <(leftovers)
+mapfile -t keep < <(ancestors)
+rest=()
+for p in "${tree[@]}" "${found[@]}"; do
+	[[ " ${keep[*]} ${rest[*]} " == *" $p "* ]] && continue
+	gpujob_proc_alive "$p" && rest+=("$p")
+done
+if [ ${#rest[@]} -gt 0 ]; then
+	log "stopping ${#rest[@]} task/executor/plugin process(es) left by the clients"
+	stop 10 "${rest[@]}"
+	stopped=1
+fi
+
+# 3. The server and Consul.
+mapfile -t others < <(pids_of nomad-server; pids_of consul)
+if [ ${#others[@]} -gt 0 ]; then
+	log "stopping the Nomad server and Consul"
+	stop 10 "${others[@]}"
+	stopped=1
+fi
+[ "$stopped" = 1 ] || log "no dev cluster processes were running from $dir"
+
+# 4. Nomad mounts a tmpfs on each task's secrets/ and private/ (and may bind
+#    mount more); rm -rf fails with "Device or resource busy" on those.
+#    Deepest first, since mounts can nest.
+mapfile -t mounts < <(
+	awk -v d="$dir" '{ p = $5; gsub(/\\040/, " ", p); if (index(p, d "/") == 1) print p }' /proc/self/mountinfo |
+		awk '{ print gsub("/", "/") "\t" $0 }' | sort -rn | cut -f2-
+)
+if [ ${#mounts[@]} -gt 0 ]; then
+	log "unmounting ${#mounts[@]} mount(s) under $dir"
+	for m in "${mounts[@]}"; do
+		# Lazy unmount as a last resort: it detaches the mount now and
+		# frees it once nothing uses it.
+		umount "$m" 2>/dev/null || umount -l "$m" || log "warning: could not unmount $m"
+	done
+fi
+
+# 5. The clients' cgroups (dev-up gives each client its own cgroup parent):
+#    empty cgroups can only be removed with rmdir, deepest first.
+if [ -f "$dir/cgroup-parents" ]; then
+	while read -r cg; do
+		[ -n "$cg" ] || continue
+		for c in /sys/fs/cgroup/"${cg#/}" /sys/fs/cgroup/*/"${cg#/}"; do
+			[ -d "$c" ] || continue
+			find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+		done
+	done <"$dir/cgroup-parents"
+fi
+
+# 6. The state dir.
+if [ "$keep_logs" = 1 ]; then
+	find "$dir" -mindepth 1 -maxdepth 1 ! -name logs ! -name .gpujob-dev -exec rm -rf {} +
+	echo "stopped the dev cluster; logs kept in $dir/logs"
+else
+	rm -rf "$dir"
+	echo "stopped the dev cluster and removed $dir"
+fi

@@ -1,0 +1,480 @@
+#!/usr/bin/env bash
+# Starts a local gpujob cluster on loopback addresses: a Consul dev agent, one
+# Nomad server and GPUJOB_DEV_CLIENTS Nomad clients carrying the gpujob
+# plugins, and returns once the cluster can schedule work. The agents keep
+# running after this script exits; scripts/dev-down.sh stops them.
+#
+# Environment (all optional):
+#   GPUJOB_DEV_DIR          state dir: configs, data dirs, logs, PID files, env (/tmp/gpujob-dev)
+#   GPUJOB_DEV_CLIENTS      number of Nomad clients (1); client i binds 127.0.0.(i+1)
+#   GPUJOB_DEV_BACKEND      device plugin backend, nvml or fake (nvml when an NVIDIA driver is present)
+#   GPUJOB_FAKE_GPUS        GPUs per client with the fake backend (4)
+#   GPUJOB_PLUGIN_DIR       where `make build` put the plugins (<checkout>/bin)
+#   GPUJOB_DEV_DRIVER_CONFIG  HCL body of the task driver's plugin config block (empty)
+#   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
+#   GPUJOB_DEV_TIMEOUT      seconds to wait for the cluster to be ready (90)
+#   GPUJOB_DEV_PORT_OFFSET  added to every default port below (0): one variable moves
+#                           a second cluster off the first one's ports
+#   NOMAD_HTTP_PORT NOMAD_RPC_PORT NOMAD_SERF_PORT     4646 4647 4648 (server and every client)
+#   CONSUL_HTTP_PORT CONSUL_DNS_PORT CONSUL_GRPC_PORT CONSUL_GRPC_TLS_PORT
+#   CONSUL_SERVER_PORT CONSUL_SERF_LAN_PORT CONSUL_SERF_WAN_PORT
+#                                                      8500 8600 8502 8503 8300 8301 8302
+#   GPUJOB_DEV_DYN_PORTS    first dynamic task port (20000); client i gets 1000 from
+#                           there on, since all clients fingerprint the same 127.0.0.1
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
+
+# ---- settings ----------------------------------------------------------------
+
+dir=$(gpujob_dev_dir)
+clients=${GPUJOB_DEV_CLIENTS:-1}
+fake_gpus=${GPUJOB_FAKE_GPUS:-4}
+plugin_src=${GPUJOB_PLUGIN_DIR:-$repo/bin}
+log_level=${GPUJOB_DEV_LOG_LEVEL:-INFO}
+timeout=${GPUJOB_DEV_TIMEOUT:-90}
+off=${GPUJOB_DEV_PORT_OFFSET:-0}
+
+for v in clients fake_gpus timeout off; do
+	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
+done
+# Client i binds 127.0.0.(i+1); .255 is the broadcast address.
+((clients >= 1 && clients <= 253)) || die "GPUJOB_DEV_CLIENTS must be 1..253, got $clients"
+# The path ends up inside HCL strings, where these would need escaping.
+[[ $dir != *[\"\\]* ]] || die "GPUJOB_DEV_DIR must not contain quotes or backslashes: $dir"
+
+nomad_http=${NOMAD_HTTP_PORT:-$((4646 + off))}
+nomad_rpc=${NOMAD_RPC_PORT:-$((4647 + off))}
+nomad_serf=${NOMAD_SERF_PORT:-$((4648 + off))}
+consul_http=${CONSUL_HTTP_PORT:-$((8500 + off))}
+consul_dns=${CONSUL_DNS_PORT:-$((8600 + off))}
+consul_grpc=${CONSUL_GRPC_PORT:-$((8502 + off))}
+consul_grpc_tls=${CONSUL_GRPC_TLS_PORT:-$((8503 + off))}
+consul_server=${CONSUL_SERVER_PORT:-$((8300 + off))}
+consul_serf_lan=${CONSUL_SERF_LAN_PORT:-$((8301 + off))}
+consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
+dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
+
+nomad_addr=http://127.0.0.1:$nomad_http
+consul_addr=127.0.0.1:$consul_http
+
+client_ip() { echo "127.0.0.$(($1 + 1))"; }
+client_name() { echo "gpujob-dev-client-$1"; }
+
+# ---- refuse to start on top of a running cluster -------------------------------
+
+if [ -e "$dir" ]; then
+	if [ ! -f "$dir/.gpujob-dev" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+		die "$dir exists and is not a gpujob dev state dir; set GPUJOB_DEV_DIR to another path"
+	fi
+	running=()
+	for f in "$dir"/pids/*.pid; do
+		[ -e "$f" ] || continue
+		pid=$(gpujob_dev_pid "$f" "$dir") && running+=("$(basename "$f" .pid)=$pid")
+	done
+	if [ ${#running[@]} -gt 0 ]; then
+		die "a dev cluster is already running from $dir (${running[*]}); stop it with: GPUJOB_DEV_DIR=$dir $here/dev-down.sh"
+	fi
+	# Left over from a crash or a failed start: clear it (unmounting what the
+	# tasks mounted) so this run starts from empty data dirs.
+	if [ -f "$dir/.gpujob-dev" ]; then
+		log "clearing a stale state dir $dir"
+		GPUJOB_DEV_DIR=$dir "$here/dev-down.sh" >/dev/null
+	fi
+fi
+
+# port_busy IP PORT succeeds when something listens on PORT at IP or on a
+# wildcard address (TCP or UDP: Serf and Consul's DNS use both).
+port_busy() {
+	if command -v ss >/dev/null; then
+		ss -Hlntu 2>/dev/null | awk -v ip="$1" -v port="$2" '
+			{
+				n = split($5, a, ":"); p = a[n]
+				host = substr($5, 1, length($5) - length(p) - 1)
+				sub(/%.*/, "", host)
+				if (p == port && (host == ip || host == "0.0.0.0" || host == "*" ||
+					host == "[::]" || host == "[::ffff:" ip "]")) found = 1
+			}
+			END { exit !found }'
+	else
+		# Without ss only TCP can be checked: try to connect.
+		(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+	fi
+}
+
+busy=()
+check_port() { # WHAT IP PORT
+	if port_busy "$2" "$3"; then busy+=("$2:$3 ($1)"); fi
+}
+for p in consul_http consul_dns consul_grpc consul_grpc_tls consul_server consul_serf_lan consul_serf_wan; do
+	check_port "${p/_/ }" 127.0.0.1 "${!p}"
+done
+for p in nomad_http nomad_rpc nomad_serf; do
+	check_port "nomad server ${p#nomad_}" 127.0.0.1 "${!p}"
+done
+for ((i = 1; i <= clients; i++)); do
+	for p in nomad_http nomad_rpc nomad_serf; do
+		check_port "nomad client $i ${p#nomad_}" "$(client_ip "$i")" "${!p}"
+	done
+done
+if [ ${#busy[@]} -gt 0 ]; then
+	printf 'error: ports already in use:\n' >&2
+	printf '  %s\n' "${busy[@]}" >&2
+	die "is another cluster running? Stop it, or move this one with GPUJOB_DEV_PORT_OFFSET=<n> (or NOMAD_*_PORT / CONSUL_*_PORT)"
+fi
+
+# ---- agents and plugins ----------------------------------------------------------
+
+"$here/install-agents.sh" # a no-op when the pinned versions are cached
+nomad=$(gpujob_nomad_bin)
+consul=$(gpujob_consul_bin)
+
+# Nomad launches every executable in plugin_dir as a plugin and refuses to
+# start when one isn't (bin/ may also hold the gpujob CLI), so plugin_dir is
+# a directory of links to exactly the plugins. Links, not copies: after
+# `make build`, restarting a client picks up the new binaries.
+plugins=()
+for p in nomad-device-gpujob nomad-driver-gpujob; do
+	[ -x "$plugin_src/$p" ] && plugins+=("$p")
+done
+have_plugin() { [[ " ${plugins[*]} " == *" $1 "* ]]; }
+
+backend=${GPUJOB_DEV_BACKEND:-}
+if [ -z "$backend" ]; then
+	backend=fake
+	# grep without -q: see gpujob_dev_pid in lib.sh (pipefail + SIGPIPE).
+	if { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -F libnvidia-ml.so.1 >/dev/null &&
+		[ -e /dev/nvidiactl ]; then
+		backend=nvml
+	fi
+fi
+case $backend in nvml | fake) ;; *) die "GPUJOB_DEV_BACKEND must be nvml or fake, got '$backend'" ;; esac
+
+# With real GPUs every client on this machine would report every card, and
+# the cluster would count each GPU once per client (phantom GPUs). Instead,
+# deal the cards out: client i keeps every clients-th card, ignores the rest.
+gpu_uuids=()
+if [ "$backend" = nvml ] && ((clients > 1)) && have_plugin nomad-device-gpujob; then
+	command -v nvidia-smi >/dev/null ||
+		die "backend nvml with $clients clients needs nvidia-smi to share the GPUs out; use GPUJOB_DEV_CLIENTS=1 or GPUJOB_DEV_BACKEND=fake"
+	mapfile -t gpu_uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader | tr -d ' ')
+	((${#gpu_uuids[@]} >= clients)) ||
+		die "only ${#gpu_uuids[@]} GPUs for $clients clients; lower GPUJOB_DEV_CLIENTS"
+fi
+# ignored_gpus I prints the HCL list of the GPUs client I must not report.
+ignored_gpus() {
+	local i=$1 j out=()
+	for j in "${!gpu_uuids[@]}"; do
+		((j % clients == i - 1)) || out+=("\"${gpu_uuids[j]}\"")
+	done
+	local IFS=,
+	echo "[${out[*]}]"
+}
+
+# cgroups v1: a client removes cpuset cgroups it doesn't know from under its
+# cgroup parent, so clients must not share one; the name carries a hash of the
+# state dir so a second cluster's clients don't share either.
+tag=$(printf '%s' "$dir" | cksum | cut -d' ' -f1)
+cgroup_parent() {
+	if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ]; then
+		echo "gpujob-dev-$tag-client-$1.slice"
+	else
+		echo "/gpujob-dev-$tag-client-$1"
+	fi
+}
+
+# ---- render configs --------------------------------------------------------------
+
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd -P) # mounts and /proc show real paths; dev-down matches on them
+touch "$dir/.gpujob-dev"   # marks the dir as ours: dev-down refuses to rm -rf anything else
+mkdir -p "$dir"/{config,logs,pids,plugins,server}
+for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done
+: >"$dir/cgroup-parents"
+
+# The commented originals of these configs are in jobspecs/agent/.
+cat >"$dir/config/consul.hcl" <<EOF
+# Rendered by scripts/dev-up.sh from jobspecs/agent/consul-dev.hcl.
+node_name            = "gpujob-dev"
+datacenter           = "dc1"
+log_level            = "$log_level"
+disable_update_check = true
+bind_addr            = "127.0.0.1"
+client_addr          = "127.0.0.1"
+ports {
+  http     = $consul_http
+  dns      = $consul_dns
+  grpc     = $consul_grpc
+  grpc_tls = $consul_grpc_tls
+  server   = $consul_server
+  serf_lan = $consul_serf_lan
+  serf_wan = $consul_serf_wan
+}
+EOF
+
+cat >"$dir/config/nomad-server.hcl" <<EOF
+# Rendered by scripts/dev-up.sh from jobspecs/agent/nomad-server.hcl.
+name                 = "gpujob-dev-server"
+datacenter           = "dc1"
+data_dir             = "$dir/server/data"
+log_level            = "$log_level"
+disable_update_check = true
+bind_addr            = "127.0.0.1"
+ports {
+  http = $nomad_http
+  rpc  = $nomad_rpc
+  serf = $nomad_serf
+}
+advertise {
+  http = "127.0.0.1:$nomad_http"
+  rpc  = "127.0.0.1:$nomad_rpc"
+  serf = "127.0.0.1:$nomad_serf"
+}
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+client {
+  enabled = false
+}
+consul {
+  address = "$consul_addr"
+}
+EOF
+
+for ((i = 1; i <= clients; i++)); do
+	ip=$(client_ip "$i")
+	cg=$(cgroup_parent "$i")
+	echo "$cg" >>"$dir/cgroup-parents"
+	mkdir -p "$dir/client-$i"
+	{
+		cat <<EOF
+# Rendered by scripts/dev-up.sh from jobspecs/agent/nomad-client.hcl.
+name                 = "$(client_name "$i")"
+datacenter           = "dc1"
+data_dir             = "$dir/client-$i/data"
+log_level            = "$log_level"
+disable_update_check = true
+plugin_dir           = "$dir/plugins"
+bind_addr            = "$ip"
+ports {
+  http = $nomad_http
+  rpc  = $nomad_rpc
+  serf = $nomad_serf
+}
+advertise {
+  http = "$ip:$nomad_http"
+  rpc  = "$ip:$nomad_rpc"
+  serf = "$ip:$nomad_serf"
+}
+client {
+  enabled           = true
+  servers           = ["127.0.0.1:$nomad_rpc"]
+  network_interface = "lo"
+  min_dynamic_port  = $((dyn_ports + (i - 1) * 1000))
+  max_dynamic_port  = $((dyn_ports + i * 1000 - 1))
+  cgroup_parent     = "$cg"
+  options {
+    "driver.denylist" = "docker,qemu,java"
+  }
+}
+consul {
+  address = "$consul_addr"
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+EOF
+		if have_plugin nomad-device-gpujob; then
+			if [ "$backend" = nvml ] && [ ${#gpu_uuids[@]} -gt 0 ]; then
+				ignored=$(ignored_gpus "$i")
+			else
+				ignored="[]"
+			fi
+			cat <<EOF
+plugin "nomad-device-gpujob" {
+  config {
+    enabled            = true
+    backend            = "$backend"
+    fingerprint_period = "1m"
+    ignored_gpu_ids    = $ignored
+    health {
+      ignored_xids = [13, 31, 43, 45, 68, 109]
+    }
+    fake {
+      count      = $fake_gpus
+      model      = "Tesla T4"
+      memory_mib = 15360
+      id_seed    = "client-$i"
+    }
+  }
+}
+EOF
+		fi
+		if have_plugin nomad-driver-gpujob; then
+			cat <<EOF
+plugin "nomad-driver-gpujob" {
+  config {
+${GPUJOB_DEV_DRIVER_CONFIG:-}
+  }
+}
+EOF
+		fi
+	} >"$dir/config/nomad-client-$i.hcl"
+done
+
+# ---- start ------------------------------------------------------------------------
+
+started=()
+# On any failure stop what was started, but keep the logs for a post-mortem
+# (the next dev-up or dev-down clears them).
+on_exit() {
+	local rc=$?
+	if [ "$rc" -ne 0 ] && [ ${#started[@]} -gt 0 ]; then
+		log "stopping the partly started cluster; logs stay in $dir/logs"
+		GPUJOB_DEV_DIR=$dir "$here/dev-down.sh" --keep-logs >/dev/null 2>&1 || true
+	fi
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM # so the EXIT trap also runs on Ctrl-C
+
+# start NAME CMD... runs CMD in its own session (it outlives this script and
+# the terminal), output to logs/NAME.log, PID in pids/NAME.pid. The inner
+# bash records its own PID and then execs CMD, so the PID file names the
+# agent itself whether or not setsid had to fork.
+start() {
+	local name=$1 n
+	shift
+	# shellcheck disable=SC2016 # $$ and $@ are for the inner shell
+	setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$dir/pids/$name.pid" \
+		env NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_addr" "$@" \
+		>"$dir/logs/$name.log" 2>&1 </dev/null &
+	started+=("$name")
+	for ((n = 0; n < 50; n++)); do
+		[ -s "$dir/pids/$name.pid" ] && return 0
+		sleep 0.1
+	done
+	die "$name did not start"
+}
+
+t0=$SECONDS
+deadline=$((SECONDS + timeout))
+log "starting Consul, a Nomad server and $clients Nomad client(s) in $dir"
+start consul "$consul" agent -dev -config-file "$dir/config/consul.hcl"
+start nomad-server "$nomad" agent -config "$dir/config/nomad-server.hcl"
+# The clients retry the server until it answers, so they start right away.
+for ((i = 1; i <= clients; i++)); do
+	start "nomad-client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
+done
+
+# fail NAME MESSAGE prints MESSAGE and the tail of NAME's log, then exits
+# (the EXIT trap stops the cluster).
+fail() {
+	printf 'error: %s\n' "$2" >&2
+	printf -- '---- last 40 lines of %s ----\n' "$dir/logs/$1.log" >&2
+	tail -n 40 "$dir/logs/$1.log" >&2 || true
+	printf -- '----\n' >&2
+	exit 1
+}
+
+# wait_for WHAT NAME CHECK... polls CHECK until it succeeds; an agent that
+# exits meanwhile, or the deadline, fails the start with the right log. NAME
+# @lagging means the client that clients_ready last found not ready.
+wait_for() {
+	local what=$1 name=$2 who s
+	shift 2
+	until "$@"; do
+		for s in "${started[@]}"; do
+			gpujob_dev_pid "$dir/pids/$s.pid" "$dir" >/dev/null ||
+				fail "$s" "$s exited while waiting for $what"
+		done
+		who=$name
+		[ "$who" != @lagging ] || who=$lagging
+		((SECONDS < deadline)) || fail "$who" "timed out after ${timeout}s waiting for $what"
+		sleep 0.5
+	done
+}
+
+# has_leader URL succeeds once a status/leader endpoint names a leader.
+has_leader() {
+	local body
+	body=$(curl -fsS --max-time 2 "$1/v1/status/leader" 2>/dev/null) || return 1
+	[ -n "$body" ] && [ "$body" != '""' ]
+}
+
+# clients_ready succeeds once every client is registered, ready, and can run
+# raw_exec tasks; otherwise it leaves the first one that isn't in $lagging.
+lagging="nomad-client-1"
+clients_ready() {
+	local body names=() i
+	body=$(curl -fsS --max-time 3 "$nomad_addr/v1/nodes" 2>/dev/null) || return 1
+	for ((i = 1; i <= clients; i++)); do names+=("$(client_name "$i")"); done
+	lagging=$(printf '%s' "$body" | python3 -c '
+import json, sys
+nodes = {n["Name"]: n for n in json.load(sys.stdin)}
+for name in sys.argv[1:]:
+    n = nodes.get(name)
+    if not (n and n["Status"] == "ready"
+            and (n.get("Drivers") or {}).get("raw_exec", {}).get("Healthy")):
+        print("nomad-client-" + name.rsplit("-", 1)[1])
+        break
+' "${names[@]}") || return 1
+	[ -z "$lagging" ]
+}
+
+wait_for "a Consul leader" consul has_leader "http://$consul_addr"
+wait_for "a Nomad leader" nomad-server has_leader "$nomad_addr"
+wait_for "$clients ready Nomad client(s)" @lagging clients_ready
+startup=$((SECONDS - t0))
+
+# ---- report -----------------------------------------------------------------------
+
+cat >"$dir/env" <<EOF
+# Source this file to use the gpujob dev cluster started by scripts/dev-up.sh.
+export GPUJOB_DEV_DIR='$dir'
+export NOMAD_ADDR='$nomad_addr'
+export CONSUL_HTTP_ADDR='$consul_addr'
+export PATH='$(dirname "$nomad")':'$(dirname "$consul")':"\$PATH"
+EOF
+
+# One line per client: address, drivers, GPUs.
+nodes=$(curl -fsS --max-time 5 "$nomad_addr/v1/nodes?resources=true" | python3 -c '
+import json, sys
+for n in sorted(json.load(sys.stdin), key=lambda n: n["Name"]):
+    drivers = sorted(d for d, i in (n.get("Drivers") or {}).items() if i.get("Healthy"))
+    gpus = [d for d in ((n.get("NodeResources") or {}).get("Devices") or [])
+            if d.get("Type") == "gpu" and d.get("Vendor") == "nvidia"]
+    count = sum(len(d.get("Instances") or []) for d in gpus)
+    models = ", ".join(sorted({d.get("Name", "?") for d in gpus}))
+    print("    %-22s %-15s %s  drivers: %s  nvidia/gpu: %d%s" % (
+        n["Name"], n["Address"], n["ID"][:8], " ".join(drivers), count,
+        " (" + models + ")" if models else ""))
+')
+
+if have_plugin nomad-device-gpujob; then
+	devices="device plugin: backend $backend"
+	[ "$backend" = fake ] && devices+=", $fake_gpus fake GPUs per client"
+	if grep -F 'nvidia/gpu: 0' <<<"$nodes" >/dev/null; then
+		log "warning: a client reports no nvidia/gpu devices; see $dir/logs/nomad-client-*.log"
+	fi
+else
+	devices="no device plugin (no $plugin_src/nomad-device-gpujob; run make build)"
+fi
+have_plugin nomad-driver-gpujob || devices+="; no task driver plugin ($plugin_src/nomad-driver-gpujob)"
+
+down=$here/dev-down.sh
+[ "$dir" = /tmp/gpujob-dev ] || down="GPUJOB_DEV_DIR=$dir $down"
+cat <<EOF
+gpujob dev cluster is up in ${startup}s: $clients client(s); $devices
+  Nomad   $nomad_addr  (UI: $nomad_addr/ui)
+  Consul  http://$consul_addr  (UI: http://$consul_addr/ui)
+  nodes:
+$nodes
+  state:  $dir  (logs in $dir/logs)
+  use it: source $dir/env
+  stop:   $down
+EOF

@@ -1,0 +1,58 @@
+# shellcheck shell=bash
+# Shared helpers for gpujob's scripts. Source it; it defines functions only.
+
+# gpujob_cache_dir prints the directory that holds the agent builds. It sits
+# outside the checkout so a fresh clone (CI) reuses what an earlier run built.
+gpujob_cache_dir() {
+	echo "${GPUJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpujob}"
+}
+
+NOMAD_VERSION=1.6.3
+CONSUL_VERSION=1.15.6
+
+# gpujob_nomad_bin / gpujob_consul_bin print the agent binaries to use:
+# NOMAD_BIN / CONSUL_BIN when set, else the cached build of the pinned version.
+gpujob_nomad_bin() {
+	echo "${NOMAD_BIN:-$(gpujob_cache_dir)/nomad-${NOMAD_VERSION}/nomad}"
+}
+gpujob_consul_bin() {
+	echo "${CONSUL_BIN:-$(gpujob_cache_dir)/consul-${CONSUL_VERSION}/consul}"
+}
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# --- local dev cluster (scripts/dev-up.sh, scripts/dev-down.sh) ---
+
+# gpujob_dev_dir prints the dev cluster's state directory.
+gpujob_dev_dir() {
+	echo "${GPUJOB_DEV_DIR:-/tmp/gpujob-dev}"
+}
+
+# gpujob_dev_pid PIDFILE DIR prints the PID in PIDFILE if that process is
+# alive and its command line names DIR (every agent the dev cluster starts is
+# given a config file under DIR), so a PID the kernel has since reused for an
+# unrelated process is never mistaken for ours.
+gpujob_dev_pid() {
+	local pidfile=$1 dir=$2 pid
+	[ -r "$pidfile" ] || return 1
+	pid=$(<"$pidfile")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	gpujob_proc_alive "$pid" || return 1
+	# grep without -q reads all its input: with -q, tr could die of SIGPIPE
+	# and pipefail would turn a match into a failure.
+	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -F "$dir/" >/dev/null || return 1
+	echo "$pid"
+}
+
+# gpujob_proc_alive PID succeeds while PID exists and is not a zombie (where
+# PID 1 doesn't reap, as in some containers, a killed process can stay a
+# zombie forever, and kill -0 would still succeed on it).
+gpujob_proc_alive() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	# The state follows the command name, which is in parentheses and may
+	# itself contain spaces or parentheses.
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ]
+}
