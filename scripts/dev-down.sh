@@ -82,21 +82,20 @@ ancestors() {
 	done
 }
 
-# leftovers prints processes that run in, or name, a client's data dir, the
-# plugin dir or the agent configs: task processes (their cwd is the task
-# dir), executors (their command line names the alloc dir), plugins, and
-# agents whose PID file is gone. After a client crash the tasks are no longer
-# its descendants, so they are found this way.
+# leftovers prints processes that work in a client's data dir or the plugin
+# dir (cwd, an open file, or their command line names it): task processes,
+# executors, logmon, plugins, and agents whose PID file is gone. After a
+# client crash these are no longer its descendants, so they are found this
+# way. dev-up starts each client in its data dir, so even helpers that name
+# no path (logmon) have their cwd there.
 leftovers() {
-	local p cwd
-	for p in /proc/[0-9]*; do
-		cwd=$(readlink "$p/cwd" 2>/dev/null) || cwd=
-		if [[ $cwd == "$dir"/client-* ]] ||
-			tr '\0' ' ' <"$p/cmdline" 2>/dev/null |
-			grep -e "$dir/client-" -e "$dir/plugins/" -e "$dir/config/" -F >/dev/null; then
-			echo "${p#/proc/}"
-		fi
-	done
+	{
+		find /proc/[0-9]*/cwd /proc/[0-9]*/fd/ -maxdepth 1 \
+			\( -lname "$dir/client-*" -o -lname "$dir/plugins/*" \) 2>/dev/null | cut -d/ -f3
+		# -a: command lines are NUL-separated, which grep would call binary.
+		grep -laF -e "$dir/client-" -e "$dir/plugins/" -e "$dir/config/" /proc/[0-9]*/cmdline 2>/dev/null |
+			cut -d/ -f3
+	} | sort -un
 }
 
 stopped=0
@@ -122,9 +121,11 @@ if [ ${#client_pids[@]} -gt 0 ]; then
 fi
 
 # 2. What the clients left running: Nomad deliberately leaves executors and
-#    tasks alive when a client stops (so they survive an agent restart).
+#    tasks alive when a client stops (so they survive an agent restart). The
+#    server and Consul go last (step 3), and this script's callers never.
+mapfile -t others < <(pids_of nomad-server; pids_of consul)
 mapfile -t found < <(leftovers)
-mapfile -t keep < <(ancestors)
+mapfile -t keep < <(ancestors; printf '%s\n' "${others[@]}")
 rest=()
 for p in "${tree[@]}" "${found[@]}"; do
 	[[ " ${keep[*]} ${rest[*]} " == *" $p "* ]] && continue
@@ -137,7 +138,6 @@ if [ ${#rest[@]} -gt 0 ]; then
 fi
 
 # 3. The server and Consul.
-mapfile -t others < <(pids_of nomad-server; pids_of consul)
 if [ ${#others[@]} -gt 0 ]; then
 	log "stopping the Nomad server and Consul"
 	stop 10 "${others[@]}"

@@ -57,6 +57,10 @@ consul_serf_lan=${CONSUL_SERF_LAN_PORT:-$((8301 + off))}
 consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
 dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
 
+# The system python when there is one: a pyenv shim costs a noticeable
+# fraction of a second per call, and clients_ready polls.
+py=$(command -v /usr/bin/python3 || command -v python3) || die "python3 is needed to read the agents' JSON"
+
 nomad_addr=http://127.0.0.1:$nomad_http
 consul_addr=127.0.0.1:$consul_http
 
@@ -190,7 +194,7 @@ cgroup_parent() {
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd -P) # mounts and /proc show real paths; dev-down matches on them
 touch "$dir/.gpujob-dev"   # marks the dir as ours: dev-down refuses to rm -rf anything else
-mkdir -p "$dir"/{config,logs,pids,plugins,server}
+mkdir -p "$dir"/{config,logs,pids,plugins,server,tmp}
 for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done
 : >"$dir/cgroup-parents"
 
@@ -342,17 +346,24 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM # so the EXIT trap also runs on Ctrl-C
 
-# start NAME CMD... runs CMD in its own session (it outlives this script and
-# the terminal), output to logs/NAME.log, PID in pids/NAME.pid. The inner
-# bash records its own PID and then execs CMD, so the PID file names the
-# agent itself whether or not setsid had to fork.
+# start NAME DIR CMD... runs CMD in DIR in its own session (it outlives this
+# script and the terminal), output to logs/NAME.log, PID in pids/NAME.pid.
+# The inner bash records its own PID and then execs CMD, so the PID file
+# names the agent itself whether or not setsid had to fork. Working in the
+# state dir keeps the checkout free to go, and lets dev-down find a client's
+# helpers (logmon names no path) by their inherited cwd. TMPDIR in the state
+# dir: go-plugin puts its sockets there, and those of killed executors and
+# logmons would otherwise pile up in /tmp.
 start() {
-	local name=$1 n
-	shift
-	# shellcheck disable=SC2016 # $$ and $@ are for the inner shell
-	setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$dir/pids/$name.pid" \
-		env NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_addr" "$@" \
-		>"$dir/logs/$name.log" 2>&1 </dev/null &
+	local name=$1 wd=$2 n
+	shift 2
+	(
+		cd "$wd"
+		# shellcheck disable=SC2016 # $$ and $@ are for the inner shell
+		exec setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$dir/pids/$name.pid" \
+			env NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_addr" TMPDIR="$dir/tmp" "$@" \
+			>"$dir/logs/$name.log" 2>&1 </dev/null
+	) &
 	started+=("$name")
 	for ((n = 0; n < 50; n++)); do
 		[ -s "$dir/pids/$name.pid" ] && return 0
@@ -364,11 +375,11 @@ start() {
 t0=$SECONDS
 deadline=$((SECONDS + timeout))
 log "starting Consul, a Nomad server and $clients Nomad client(s) in $dir"
-start consul "$consul" agent -dev -config-file "$dir/config/consul.hcl"
-start nomad-server "$nomad" agent -config "$dir/config/nomad-server.hcl"
+start consul "$dir" "$consul" agent -dev -config-file "$dir/config/consul.hcl"
+start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
 # The clients retry the server until it answers, so they start right away.
 for ((i = 1; i <= clients; i++)); do
-	start "nomad-client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
+	start "nomad-client-$i" "$dir/client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
 done
 
 # fail NAME MESSAGE prints MESSAGE and the tail of NAME's log, then exits
@@ -413,7 +424,7 @@ clients_ready() {
 	local body names=() i
 	body=$(curl -fsS --max-time 3 "$nomad_addr/v1/nodes" 2>/dev/null) || return 1
 	for ((i = 1; i <= clients; i++)); do names+=("$(client_name "$i")"); done
-	lagging=$(printf '%s' "$body" | python3 -c '
+	lagging=$(printf '%s' "$body" | "$py" -c '
 import json, sys
 nodes = {n["Name"]: n for n in json.load(sys.stdin)}
 for name in sys.argv[1:]:
@@ -442,7 +453,7 @@ export PATH='$(dirname "$nomad")':'$(dirname "$consul")':"\$PATH"
 EOF
 
 # One line per client: address, drivers, GPUs.
-nodes=$(curl -fsS --max-time 5 "$nomad_addr/v1/nodes?resources=true" | python3 -c '
+nodes=$(curl -fsS --max-time 5 "$nomad_addr/v1/nodes?resources=true" | "$py" -c '
 import json, sys
 for n in sorted(json.load(sys.stdin), key=lambda n: n["Name"]):
     drivers = sorted(d for d, i in (n.get("Drivers") or {}).items() if i.get("Healthy"))

@@ -41,7 +41,7 @@ gpujob_dev_pid() {
 	gpujob_proc_alive "$pid" || return 1
 	# grep without -q reads all its input: with -q, tr could die of SIGPIPE
 	# and pipefail would turn a match into a failure.
-	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -F "$dir/" >/dev/null || return 1
+	tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -F "$dir/" >/dev/null || return 1
 	echo "$pid"
 }
 

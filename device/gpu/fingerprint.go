@@ -116,7 +116,9 @@ func (p *Plugin) refresh(lib nvml.Library, cfg settings) ([]*device.DeviceGroup,
 		}
 		reason := p.events[info.UUID]
 		if reason == "" && cfg.healthEnabled {
-			reason = nvml.CheckHealth(info.Handle)
+			// ECC, page retirement and row remapping belong to the physical
+			// GPU (MIG handles do not answer them): check the parent.
+			reason = nvml.CheckHealth(info.GPU)
 		}
 		devices[info.UUID] = &deviceState{info: info, healthy: reason == "", healthDesc: reason}
 		byIndex[info.Index] = append(byIndex[info.Index], info.UUID)

@@ -117,6 +117,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cfg = s
+	p.initErr = nil // a later SetConfig must not inherit an earlier Init failure
 	if !s.enabled {
 		return nil
 	}

@@ -1,0 +1,142 @@
+// Package e2e runs gpujob against real Nomad and Consul agents, started by
+// the project's own scripts/dev-up.sh on loopback addresses. The tests run
+// only with GPUJOB_E2E=1 (`make e2e` sets it); without it they skip.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// cluster is the dev cluster the whole package shares.
+type cluster struct {
+	dir    string // GPUJOB_DEV_DIR
+	env    map[string]string
+	nomad  *api.Client
+	repo   string
+	failed string // why the cluster could not start; tests fail with it
+}
+
+var dev *cluster
+
+const fakeGPUsPerClient = 4
+
+func TestMain(m *testing.M) {
+	if os.Getenv("GPUJOB_E2E") != "1" {
+		fmt.Println("e2e: skipped; run `make e2e` (or set GPUJOB_E2E=1) to start a dev cluster and run them")
+		os.Exit(m.Run())
+	}
+	dev = startCluster()
+	code := m.Run()
+	if err := dev.stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stopping the dev cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Dir(wd)
+}
+
+// startCluster brings up a cluster off the default ports, so `make dev` and
+// the tests can run side by side.
+func startCluster() *cluster {
+	c := &cluster{repo: repoRoot()}
+	dir, err := os.MkdirTemp("", "gpujob-e2e-")
+	if err != nil {
+		c.failed = err.Error()
+		return c
+	}
+	c.dir = filepath.Join(dir, "dev")
+	cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-up.sh"))
+	cmd.Env = append(os.Environ(),
+		"GPUJOB_DEV_DIR="+c.dir,
+		"GPUJOB_DEV_PORT_OFFSET=10000",
+		"GPUJOB_DEV_BACKEND=fake",
+		fmt.Sprintf("GPUJOB_FAKE_GPUS=%d", fakeGPUsPerClient),
+		"GPUJOB_DEV_CLIENTS=1",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		c.failed = fmt.Sprintf("scripts/dev-up.sh: %v\n%s", err, out.String())
+		return c
+	}
+	fmt.Printf("e2e: dev cluster up in %s (%s)\n", time.Since(start).Round(time.Millisecond), c.dir)
+	if c.env, err = readEnvFile(filepath.Join(c.dir, "env")); err != nil {
+		c.failed = err.Error()
+		return c
+	}
+	cfg := api.DefaultConfig()
+	cfg.Address = c.env["NOMAD_ADDR"]
+	if c.nomad, err = api.NewClient(cfg); err != nil {
+		c.failed = err.Error()
+	}
+	return c
+}
+
+func (c *cluster) stop() error {
+	if c.dir == "" {
+		return nil
+	}
+	cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-down.sh"))
+	cmd.Env = append(os.Environ(), "GPUJOB_DEV_DIR="+c.dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("dev-down: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+		return fmt.Errorf("dev-down left %s behind", c.dir)
+	}
+	return os.Remove(filepath.Dir(c.dir))
+}
+
+// readEnvFile parses the `export K=V` lines dev-up.sh writes.
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the dev cluster's env file: %w", err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := strings.TrimPrefix(strings.TrimSpace(s.Text()), "export ")
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(k, "#") {
+			env[k] = strings.Trim(v, `"'`)
+		}
+	}
+	return env, s.Err()
+}
+
+// needCluster skips without GPUJOB_E2E and fails when the cluster is down.
+func needCluster(t *testing.T) *cluster {
+	t.Helper()
+	if dev == nil {
+		t.Skip("e2e disabled: set GPUJOB_E2E=1")
+	}
+	if dev.failed != "" {
+		t.Fatalf("dev cluster did not start: %s", dev.failed)
+	}
+	return dev
+}
+
+// ctx returns a context that ends with the test or after d.
+func ctx(t *testing.T, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
