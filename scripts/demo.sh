@@ -18,6 +18,23 @@ fi
 . "$dir/env"
 nomad=$(gpujob_nomad_bin)
 
+# wait_done JOB blocks on Nomad's job summary (a blocking query: it answers
+# when the summary changes) until no allocation is queued, starting or running.
+wait_done() {
+	local index=0 deadline=$((SECONDS + 120)) headers summary
+	headers=$(mktemp)
+	while ((SECONDS < deadline)); do
+		summary=$(curl -fsS -D "$headers" "$NOMAD_ADDR/v1/job/$1/summary?index=$index&wait=10s")
+		index=$(awk 'tolower($1) == "x-nomad-index:" { print $2 }' "$headers" | tr -d '\r')
+		if jq -e '[.Summary[] | .Queued + .Starting + .Running] | add == 0' <<<"$summary" >/dev/null; then
+			rm -f "$headers"
+			return 0
+		fi
+	done
+	rm -f "$headers"
+	die "job $1 did not finish within 120 s: $("$nomad" job status "$1" | tail -5)"
+}
+
 log "GPUs the cluster sees (nomad node status -verbose):"
 for node in $("$nomad" node status -quiet); do
 	"$nomad" node status -verbose "$node" | sed -n '/^Device Resource Utilization/,/^$/p'
@@ -26,6 +43,7 @@ done
 job=$repo/jobspecs/examples/gpu-hello.nomad.hcl
 log "running $job"
 "$nomad" job run "$job"
+wait_done gpu-hello
 
 log "what each allocation was given:"
 for alloc in $("$nomad" job allocs -t '{{range .}}{{.ID}} {{end}}' gpu-hello); do

@@ -9,7 +9,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 # build NAME VERSION BIN MODULE_DIR PACKAGE
 build() {
 	local name=$1 version=$2 bin=$3 moddir=$4 pkg=$5
-	if [ -x "$bin" ] && "$bin" version 2>/dev/null | head -1 | grep -q "v${version}"; then
+	# Read the whole output before matching: `version | head -1` under
+	# pipefail fails at random when head closes the pipe early (SIGPIPE).
+	local have=""
+	[ -x "$bin" ] && have=$("$bin" version 2>/dev/null || true)
+	if [[ $have == *"v${version}"* ]]; then
 		log "$name v$version: cached at $bin"
 		return 0
 	fi
@@ -22,7 +26,8 @@ build() {
 		go build -trimpath -o "$bin.tmp.$$" "$pkg")
 	mv "$bin.tmp.$$" "$bin"
 	log "$name v$version: built in $((SECONDS - start))s"
-	"$bin" version | head -1 >&2
+	have=$("$bin" version)
+	echo "${have%%$'\n'*}" >&2
 }
 
 want=("$@")
