@@ -66,6 +66,10 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, lib nvml.Library, cfg sett
 			// error is the most useful thing an operator can read.
 			send(device.NewFingerprintError(err))
 			return
+		case err != nil:
+			// NVML failed after a fingerprint that listed no GPUs: there is
+			// nothing to mark unhealthy; keep the last report and say why.
+			p.logger.Error("reading GPUs through NVML failed", "error", err)
 		case !sent || !reflect.DeepEqual(groups, last):
 			if !send(device.NewFingerprint(groups...)) {
 				return

@@ -274,8 +274,17 @@ func (s realEventSet) Register(d Device, types uint64) error {
 	if !ok {
 		return fmt.Errorf("nvml: cannot register a %T with a real event set", d)
 	}
-	r := rd.d.RegisterEvents(types, s.s)
-	return wrap("DeviceRegisterEvents", r)
+	// NVML refuses the whole request if one type is unsupported (no ECC
+	// events on GeForce cards), which would lose the Xid events too: ask
+	// only for what the card can deliver.
+	supported, r := rd.d.GetSupportedEventTypes()
+	if err := wrap("DeviceGetSupportedEventTypes", r); err != nil {
+		return err
+	}
+	if types&supported == 0 {
+		return ErrNotSupported
+	}
+	return wrap("DeviceRegisterEvents", rd.d.RegisterEvents(types&supported, s.s))
 }
 
 func (s realEventSet) Wait(timeout time.Duration) (Event, error) {
