@@ -10,7 +10,8 @@
 #   GPUJOB_DEV_BACKEND      device plugin backend, nvml or fake (nvml when an NVIDIA driver is present)
 #   GPUJOB_FAKE_GPUS        GPUs per client with the fake backend (4)
 #   GPUJOB_PLUGIN_DIR       where `make build` put the plugins (<checkout>/bin)
-#   GPUJOB_DEV_DRIVER_CONFIG  HCL body of the task driver's plugin config block (empty)
+#   GPUJOB_DEV_DRIVER_CONFIG  HCL body of the task driver's plugin config block
+#                           (default: checkpoint_root under the state dir, the dev Consul)
 #   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
 #   GPUJOB_DEV_TIMEOUT      seconds to wait for the cluster to be ready (90)
 #   GPUJOB_DEV_PORT_OFFSET  added to every default port below (0): one variable moves
@@ -320,10 +321,16 @@ plugin "nomad-device-gpujob" {
 EOF
 		fi
 		if have_plugin nomad-driver-gpujob; then
+			# Checkpoints on the machine's own disk stand in for the shared
+			# storage a real cluster mounts on every client.
+			driver_config=${GPUJOB_DEV_DRIVER_CONFIG:-"    checkpoint_root = \"$dir/checkpoints\"
+    consul {
+      address = \"$consul_addr\"
+    }"}
 			cat <<EOF
 plugin "nomad-driver-gpujob" {
   config {
-${GPUJOB_DEV_DRIVER_CONFIG:-}
+$driver_config
   }
 }
 EOF

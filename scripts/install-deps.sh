@@ -5,7 +5,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-packages=(curl ca-certificates jq iproute2 util-linux procps)
+packages=(curl ca-certificates jq iproute2 util-linux procps python3-torch libopenblas0-openmp)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,150 @@
+package driver
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+)
+
+// configSpec is the agent's plugin "nomad-driver-gpujob" { config { ... } }.
+var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"consul": hclspec.NewBlock("consul", false, hclspec.NewObject(map[string]*hclspec.Spec{
+		"address":    hclspec.NewAttr("address", "string", false),
+		"token":      hclspec.NewAttr("token", "string", false),
+		"datacenter": hclspec.NewAttr("datacenter", "string", false),
+		"ca_file":    hclspec.NewAttr("ca_file", "string", false),
+		"cert_file":  hclspec.NewAttr("cert_file", "string", false),
+		"key_file":   hclspec.NewAttr("key_file", "string", false),
+	})),
+	"key_prefix": hclspec.NewDefault(hclspec.NewAttr("key_prefix", "string", false),
+		hclspec.NewLiteral(`"gpujob/rendezvous"`)),
+	"session_ttl": hclspec.NewDefault(hclspec.NewAttr("session_ttl", "string", false),
+		hclspec.NewLiteral(`"10s"`)),
+	"checkpoint_root": hclspec.NewDefault(hclspec.NewAttr("checkpoint_root", "string", false),
+		hclspec.NewLiteral(`"/var/lib/gpujob/checkpoints"`)),
+})
+
+// taskConfigSpec is a job's task "..." { driver = "gpujob" config { ... } }.
+var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"command":        hclspec.NewAttr("command", "string", true),
+	"args":           hclspec.NewAttr("args", "list(string)", false),
+	"nproc_per_node": hclspec.NewAttr("nproc_per_node", "number", false),
+	"rendezvous": hclspec.NewBlock("rendezvous", false, hclspec.NewObject(map[string]*hclspec.Spec{
+		"nnodes":       hclspec.NewAttr("nnodes", "string", false),
+		"join_timeout": hclspec.NewAttr("join_timeout", "string", false),
+		"last_call":    hclspec.NewAttr("last_call", "string", false),
+		"port":         hclspec.NewAttr("port", "string", false),
+	})),
+	"max_restarts": hclspec.NewDefault(hclspec.NewAttr("max_restarts", "number", false), hclspec.NewLiteral("3")),
+	"log_prefix":   hclspec.NewAttr("log_prefix", "bool", false),
+	"env":          hclspec.NewAttr("env", "map(string)", false),
+})
+
+// Config is the decoded plugin configuration.
+type Config struct {
+	Consul         *ConsulConfig `codec:"consul"`
+	KeyPrefix      string        `codec:"key_prefix"`
+	SessionTTL     string        `codec:"session_ttl"`
+	CheckpointRoot string        `codec:"checkpoint_root"`
+}
+
+// ConsulConfig says how the supervisors reach Consul. Empty fields fall back
+// to the CONSUL_HTTP_* environment of the Nomad client.
+type ConsulConfig struct {
+	Address    string `codec:"address"`
+	Token      string `codec:"token"`
+	Datacenter string `codec:"datacenter"`
+	CAFile     string `codec:"ca_file"`
+	CertFile   string `codec:"cert_file"`
+	KeyFile    string `codec:"key_file"`
+}
+
+// TaskConfig is the decoded task configuration.
+type TaskConfig struct {
+	Command      string            `codec:"command"`
+	Args         []string          `codec:"args"`
+	NProcPerNode int               `codec:"nproc_per_node"`
+	Rendezvous   *RendezvousConfig `codec:"rendezvous"`
+	MaxRestarts  int               `codec:"max_restarts"`
+	LogPrefix    *bool             `codec:"log_prefix"`
+	Env          map[string]string `codec:"env"`
+}
+
+// RendezvousConfig is the task's rendezvous block.
+type RendezvousConfig struct {
+	NNodes      string `codec:"nnodes"`
+	JoinTimeout string `codec:"join_timeout"`
+	LastCall    string `codec:"last_call"`
+	Port        string `codec:"port"`
+}
+
+// validate checks the plugin config, naming the field at fault.
+func (c *Config) validate() error {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "gpujob/rendezvous"
+	}
+	if strings.HasPrefix(c.KeyPrefix, "/") || strings.HasSuffix(c.KeyPrefix, "/") {
+		return fmt.Errorf("key_prefix: %q must not start or end with /", c.KeyPrefix)
+	}
+	if c.SessionTTL == "" {
+		c.SessionTTL = "10s"
+	}
+	ttl, err := time.ParseDuration(c.SessionTTL)
+	if err != nil {
+		return fmt.Errorf("session_ttl: %q is not a duration: %w", c.SessionTTL, err)
+	}
+	// Consul refuses session TTLs outside 10s..24h.
+	if ttl < 10*time.Second || ttl > 24*time.Hour {
+		return fmt.Errorf("session_ttl: %s is outside Consul's 10s to 24h", ttl)
+	}
+	if c.CheckpointRoot == "" {
+		c.CheckpointRoot = "/var/lib/gpujob/checkpoints"
+	}
+	if !strings.HasPrefix(c.CheckpointRoot, "/") {
+		return fmt.Errorf("checkpoint_root: %q must be an absolute path", c.CheckpointRoot)
+	}
+	if c.Consul == nil {
+		c.Consul = &ConsulConfig{}
+	}
+	tls := []string{c.Consul.CAFile, c.Consul.CertFile, c.Consul.KeyFile}
+	if (tls[1] == "") != (tls[2] == "") {
+		return fmt.Errorf("consul: cert_file and key_file go together (got cert_file %q, key_file %q)", tls[1], tls[2])
+	}
+	return nil
+}
+
+// nnodes parses "4" or "2:4" into min and max.
+func parseNNodes(s string) (min, max int, err error) {
+	if s == "" {
+		return 1, 1, nil
+	}
+	lo, hi, ranged := strings.Cut(s, ":")
+	if min, err = strconv.Atoi(strings.TrimSpace(lo)); err != nil {
+		return 0, 0, fmt.Errorf("rendezvous.nnodes: %q is not a number or min:max", s)
+	}
+	max = min
+	if ranged {
+		if max, err = strconv.Atoi(strings.TrimSpace(hi)); err != nil {
+			return 0, 0, fmt.Errorf("rendezvous.nnodes: %q is not a number or min:max", s)
+		}
+	}
+	if min < 1 || max < min {
+		return 0, 0, fmt.Errorf("rendezvous.nnodes: %q needs 1 <= min <= max", s)
+	}
+	return min, max, nil
+}
+
+// duration parses an optional duration field, naming it on error.
+func duration(field, s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s: %q is not a positive duration (try \"30s\" or \"5m\")", field, s)
+	}
+	return d, nil
+}

@@ -1,0 +1,460 @@
+// Package driver is the nomad-driver-gpujob task driver. Each task runs a
+// supervisor (package supervisor) through Nomad's shared executor; the
+// supervisors of a group meet in a Consul rendezvous (package rendezvous),
+// agree on ranks, start the training processes together and restart them
+// together. The driver itself stays thin, like raw_exec: it prepares the
+// supervisor's spec, launches and recovers executors, and turns the
+// supervisor's milestones into Nomad task events.
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul-template/signals"
+	hclog "github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad/drivers/shared/eventer"
+	"github.com/hashicorp/nomad/drivers/shared/executor"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/drivers"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
+)
+
+const (
+	// PluginName is what jobs put in `driver = "gpujob"`.
+	PluginName = "gpujob"
+	// SuperviseCommand is the argument that makes the plugin binary run as a
+	// task's supervisor instead of as the plugin.
+	SuperviseCommand = "supervise"
+
+	fingerprintPeriod = 30 * time.Second
+)
+
+// PluginVersion is set at build time with -ldflags.
+var PluginVersion = "0.1.0"
+
+var capabilities = &drivers.Capabilities{
+	SendSignals:       true,
+	Exec:              true,
+	FSIsolation:       drivers.FSIsolationNone,
+	NetIsolationModes: []drivers.NetIsolationMode{drivers.NetIsolationModeHost, drivers.NetIsolationModeGroup},
+	MountConfigs:      drivers.MountConfigSupportNone,
+}
+
+// Driver implements drivers.DriverPlugin.
+type Driver struct {
+	eventer *eventer.Eventer
+	logger  hclog.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
+	tasks   *taskStore
+	// self is the plugin binary, which the executor runs as the supervisor.
+	self string
+
+	mu          sync.Mutex
+	config      *Config
+	nomadConfig *base.ClientDriverConfig
+}
+
+// New returns the driver; self is the path of the binary that serves
+// SuperviseCommand (the plugin's own executable).
+func New(logger hclog.Logger, self string) *Driver {
+	ctx, cancel := context.WithCancel(context.Background())
+	logger = logger.Named(PluginName)
+	return &Driver{
+		eventer: eventer.NewEventer(ctx, logger),
+		logger:  logger,
+		ctx:     ctx,
+		cancel:  cancel,
+		tasks:   newTaskStore(),
+		self:    self,
+	}
+}
+
+func (d *Driver) PluginInfo() (*base.PluginInfoResponse, error) {
+	return &base.PluginInfoResponse{
+		Type:              base.PluginTypeDriver,
+		PluginApiVersions: []string{drivers.ApiVersion010},
+		PluginVersion:     PluginVersion,
+		Name:              PluginName,
+	}, nil
+}
+
+func (d *Driver) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+
+func (d *Driver) SetConfig(c *base.Config) error {
+	var cfg Config
+	if len(c.PluginConfig) != 0 {
+		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
+			return fmt.Errorf("nomad-driver-gpujob: decoding the plugin config: %w", err)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("nomad-driver-gpujob: invalid config: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.config = &cfg
+	if c.AgentConfig != nil {
+		d.nomadConfig = c.AgentConfig.Driver
+	}
+	return nil
+}
+
+func (d *Driver) settings() (*Config, *base.ClientDriverConfig) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.config, d.nomadConfig
+}
+
+func (d *Driver) TaskConfigSchema() (*hclspec.Spec, error) { return taskConfigSpec, nil }
+
+func (d *Driver) Capabilities() (*drivers.Capabilities, error) { return capabilities, nil }
+
+func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, error) {
+	ch := make(chan *drivers.Fingerprint)
+	go func() {
+		defer close(ch)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.ctx.Done():
+				return
+			case <-t.C:
+				t.Reset(fingerprintPeriod)
+			}
+			select {
+			case ch <- d.fingerprint(ctx):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// fingerprint is healthy when the supervisors will be able to reach Consul:
+// a node whose Consul is down must not be given training tasks that would
+// only time out in the rendezvous.
+func (d *Driver) fingerprint(ctx context.Context) *drivers.Fingerprint {
+	cfg, _ := d.settings()
+	if cfg == nil {
+		return &drivers.Fingerprint{Health: drivers.HealthStateUndetected, HealthDescription: "waiting for the plugin config"}
+	}
+	fp := &drivers.Fingerprint{Attributes: map[string]*pstructs.Attribute{
+		"driver.gpujob":         pstructs.NewBoolAttribute(true),
+		"driver.gpujob.version": pstructs.NewStringAttribute(PluginVersion),
+	}}
+	spec, err := consulSpec(cfg, os.Getenv)
+	if err == nil {
+		err = supervisor.CheckConsul(ctx, spec)
+	}
+	if err != nil {
+		fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, err.Error()
+		return fp
+	}
+	fp.Health, fp.HealthDescription = drivers.HealthStateHealthy, drivers.DriverHealthy
+	return fp
+}
+
+func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
+	if _, ok := d.tasks.Get(cfg.ID); ok {
+		return nil, nil, fmt.Errorf("task %q is already started", cfg.ID)
+	}
+	pc, nomadConfig := d.settings()
+	if pc == nil {
+		return nil, nil, fmt.Errorf("nomad-driver-gpujob has no config yet")
+	}
+	var tc TaskConfig
+	if err := cfg.DecodeDriverConfig(&tc); err != nil {
+		return nil, nil, fmt.Errorf("decoding the task config: %w", err)
+	}
+	spec, err := buildSpec(cfg, &tc, pc, os.Getenv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gpujob task config: %w", err)
+	}
+	private := filepath.Dir(spec.EventsFile)
+	if err := os.MkdirAll(private, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("preparing %s: %w", private, err)
+	}
+	specPath := filepath.Join(private, specFileName)
+	if err := supervisor.WriteSpec(specPath, spec); err != nil {
+		return nil, nil, err
+	}
+
+	logger := d.logger.With("task", cfg.Name, "alloc_id", cfg.AllocID)
+	exec, pluginClient, err := executor.CreateExecutor(logger, nomadConfig, &executor.ExecutorConfig{
+		LogFile:  filepath.Join(cfg.TaskDir().Dir, "executor.out"),
+		LogLevel: "debug",
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the executor: %w", err)
+	}
+	ps, err := exec.Launch(&executor.ExecCommand{
+		Cmd:  d.self,
+		Args: []string{SuperviseCommand, specPath},
+		Env:  cfg.EnvList(),
+		User: cfg.User,
+		// Cgroups put the supervisor and every worker in one tree, so task
+		// stats and a stop cover all of them. Without device isolation the
+		// /dev/nvidia* nodes stay usable under cgroups v2 (nomad#17200 is
+		// about the isolating executor's device allow-list).
+		BasicProcessCgroup: runtime.GOOS == "linux" && syscall.Geteuid() == 0,
+		TaskDir:            cfg.TaskDir().Dir,
+		StdoutPath:         cfg.StdoutPath,
+		StderrPath:         cfg.StderrPath,
+		NetworkIsolation:   cfg.NetworkIsolation,
+	})
+	if err != nil {
+		pluginClient.Kill()
+		return nil, nil, fmt.Errorf("launching the supervisor: %w", err)
+	}
+
+	h := d.newHandle(cfg, exec, pluginClient, ps.Pid, time.Now().Round(time.Millisecond), logger)
+	handle := drivers.NewTaskHandle(taskHandleVersion)
+	handle.Config = cfg
+	state := TaskState{
+		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(pluginClient.ReattachConfig()),
+		TaskConfig:     cfg,
+		Pid:            ps.Pid,
+		StartedAt:      h.startedAt,
+		EventsFile:     spec.EventsFile,
+	}
+	if err := handle.SetDriverState(&state); err != nil {
+		_ = exec.Shutdown("", 0)
+		pluginClient.Kill()
+		return nil, nil, fmt.Errorf("saving the task state: %w", err)
+	}
+	d.tasks.Set(cfg.ID, h)
+	d.startHandle(h, spec.EventsFile, 0)
+	return handle, nil, nil
+}
+
+func (d *Driver) newHandle(cfg *drivers.TaskConfig, exec executor.Executor, pc *plugin.Client, pid int,
+	started time.Time, logger hclog.Logger) *taskHandle {
+	return &taskHandle{
+		exec: exec, pluginClient: pc, pid: pid, logger: logger, taskConfig: cfg, startedAt: started,
+		procState: drivers.TaskStateRunning, doneCh: make(chan struct{}),
+	}
+}
+
+// startHandle waits for the supervisor and relays its events as task events
+// until it exits.
+func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
+	ctx, cancel := context.WithCancel(d.ctx)
+	h.stopEvents = cancel
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		err := followEvents(ctx, eventsFile, offset, func(e supervisor.Event) {
+			d.emit(h.taskConfig, e)
+		})
+		if err != nil {
+			h.logger.Warn("not relaying the supervisor's events", "error", err)
+		}
+	}()
+	go func() {
+		h.run()
+		cancel() // the follower reads what is left, then ends
+		<-followed
+	}()
+}
+
+// emit turns a supervisor event into a Nomad task event.
+func (d *Driver) emit(cfg *drivers.TaskConfig, e supervisor.Event) {
+	_ = d.eventer.EmitEvent(&drivers.TaskEvent{
+		TaskID:    cfg.ID,
+		TaskName:  cfg.Name,
+		AllocID:   cfg.AllocID,
+		Timestamp: e.Time,
+		Message:   e.Message,
+		Annotations: map[string]string{
+			"kind":      e.Kind,
+			"round":     fmt.Sprint(e.Round),
+			"node_rank": fmt.Sprint(e.NodeRank),
+			"restarts":  fmt.Sprint(e.Restarts),
+		},
+	})
+}
+
+func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
+	if handle == nil {
+		return fmt.Errorf("recovering a task: no handle")
+	}
+	if _, ok := d.tasks.Get(handle.Config.ID); ok {
+		return nil
+	}
+	var state TaskState
+	if err := handle.GetDriverState(&state); err != nil {
+		return fmt.Errorf("decoding the task state: %w", err)
+	}
+	rc, err := pstructs.ReattachConfigToGoPlugin(state.ReattachConfig)
+	if err != nil {
+		return fmt.Errorf("reading the executor's reattach config: %w", err)
+	}
+	logger := d.logger.With("task", handle.Config.Name, "alloc_id", handle.Config.AllocID)
+	exec, pluginClient, err := executor.ReattachToExecutor(rc, logger)
+	if err != nil {
+		return fmt.Errorf("reattaching to the executor: %w", err)
+	}
+	h := d.newHandle(state.TaskConfig, exec, pluginClient, state.Pid, state.StartedAt, logger)
+	d.tasks.Set(state.TaskConfig.ID, h)
+	// Events written while the client was down were already reported, or
+	// are stale: follow from the end.
+	d.startHandle(h, state.EventsFile, fileSize(state.EventsFile))
+	logger.Info("reattached to the running supervisor", "pid", state.Pid)
+	return nil
+}
+
+func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *drivers.ExitResult, error) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return nil, drivers.ErrTaskNotFound
+	}
+	ch := make(chan *drivers.ExitResult)
+	go func() {
+		defer close(ch)
+		select {
+		case <-h.doneCh:
+		case <-ctx.Done():
+			return
+		case <-d.ctx.Done():
+			return
+		}
+		h.mu.RLock()
+		res := h.exitResult.Copy()
+		h.mu.RUnlock()
+		select {
+		case ch <- res:
+		case <-ctx.Done():
+		case <-d.ctx.Done():
+		}
+	}()
+	return ch, nil
+}
+
+// StopTask signals the supervisor, which stops its workers (SIGTERM, grace,
+// SIGKILL) and leaves the group before exiting; the executor kills whatever
+// is left after timeout.
+func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) error {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return drivers.ErrTaskNotFound
+	}
+	if signal == "" {
+		signal = "SIGTERM"
+	}
+	if err := h.exec.Shutdown(signal, timeout); err != nil {
+		if h.pluginClient.Exited() {
+			return nil
+		}
+		return fmt.Errorf("stopping the supervisor: %w", err)
+	}
+	<-h.doneCh
+	h.pluginClient.Kill()
+	return nil
+}
+
+func (d *Driver) DestroyTask(taskID string, force bool) error {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return drivers.ErrTaskNotFound
+	}
+	if h.IsRunning() && !force {
+		return fmt.Errorf("cannot destroy running task %s", taskID)
+	}
+	if !h.pluginClient.Exited() {
+		if err := h.exec.Shutdown("", 0); err != nil {
+			h.logger.Error("destroying the executor failed", "error", err)
+		}
+		h.pluginClient.Kill()
+	}
+	if h.stopEvents != nil {
+		h.stopEvents()
+	}
+	d.tasks.Delete(taskID)
+	return nil
+}
+
+func (d *Driver) InspectTask(taskID string) (*drivers.TaskStatus, error) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return nil, drivers.ErrTaskNotFound
+	}
+	return h.TaskStatus(), nil
+}
+
+// TaskStats covers the supervisor and every worker: they share the task's
+// cgroup, which the executor samples.
+func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Duration) (<-chan *drivers.TaskResourceUsage, error) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return nil, drivers.ErrTaskNotFound
+	}
+	return h.exec.Stats(ctx, interval)
+}
+
+func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, error) {
+	return d.eventer.TaskEvents(ctx)
+}
+
+// SignalTask signals the supervisor, which passes the signal on to every
+// local worker's process group.
+func (d *Driver) SignalTask(taskID string, signal string) error {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return drivers.ErrTaskNotFound
+	}
+	sig, ok := signals.SignalLookup[signal]
+	if !ok {
+		return fmt.Errorf("unknown signal %q", signal)
+	}
+	return h.exec.Signal(sig)
+}
+
+func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*drivers.ExecTaskResult, error) {
+	if len(cmd) == 0 {
+		return nil, fmt.Errorf("exec: no command")
+	}
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return nil, drivers.ErrTaskNotFound
+	}
+	out, code, err := h.exec.Exec(time.Now().Add(timeout), cmd[0], cmd[1:])
+	if err != nil {
+		return nil, err
+	}
+	return &drivers.ExecTaskResult{Stdout: out, ExitResult: &drivers.ExitResult{ExitCode: code}}, nil
+}
+
+var _ drivers.ExecTaskStreamingRawDriver = (*Driver)(nil)
+
+// ExecTaskStreamingRaw backs `nomad alloc exec`.
+func (d *Driver) ExecTaskStreamingRaw(ctx context.Context, taskID string, command []string, tty bool,
+	stream drivers.ExecTaskStream) error {
+	if len(command) == 0 {
+		return fmt.Errorf("exec: no command")
+	}
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return drivers.ErrTaskNotFound
+	}
+	return h.exec.ExecStreaming(ctx, command, tty, stream)
+}
+
+// Shutdown stops the driver's goroutines; tasks keep running (their
+// executors are separate processes) for the next client to recover.
+func (d *Driver) Shutdown() { d.cancel() }

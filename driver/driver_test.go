@@ -1,0 +1,325 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/helper/testlog"
+	"github.com/hashicorp/nomad/helper/uuid"
+	"github.com/hashicorp/nomad/nomad/structs"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/drivers"
+	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/testagent"
+)
+
+var testConsul *testagent.Consul
+
+func TestMain(m *testing.M) {
+	// The executor runs this test binary as the supervisor, as the real
+	// driver runs its own binary.
+	if len(os.Args) == 3 && os.Args[1] == SuperviseCommand {
+		os.Exit(supervisor.Main(os.Args[2]))
+	}
+	c, err := testagent.StartConsul("")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "driver tests need a real Consul:", err)
+		os.Exit(1)
+	}
+	testConsul = c
+	code := m.Run()
+	c.Stop()
+	os.Exit(code)
+}
+
+// harness is a driver behind Nomad's gRPC plugin boundary, configured for
+// the test Consul.
+func harness(t *testing.T, cfg Config) *dtestutil.DriverHarness {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(testlog.HCLogger(t), self)
+	h := dtestutil.NewDriverHarness(t, d)
+	t.Cleanup(h.Kill)
+	if cfg.Consul == nil {
+		cfg.Consul = &ConsulConfig{Address: testConsul.Addr}
+	}
+	if cfg.CheckpointRoot == "" {
+		cfg.CheckpointRoot = t.TempDir()
+	}
+	var data []byte
+	if err := base.MsgPackEncode(&data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetConfig(&base.Config{PluginConfig: data}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// member is one allocation's task of a group: job.g[index], with its
+// rendezvous port on loopback.
+func member(t *testing.T, h *dtestutil.DriverHarness, job string, index, port int, tc TaskConfig) *drivers.TaskConfig {
+	t.Helper()
+	cfg := &drivers.TaskConfig{
+		ID:            uuid.Generate(),
+		AllocID:       uuid.Generate(),
+		Name:          "train",
+		JobName:       job,
+		JobID:         job,
+		TaskGroupName: "g",
+		Namespace:     "default",
+		Env:           map[string]string{"NOMAD_ALLOC_NAME": fmt.Sprintf("%s.g[%d]", job, index), "NOMAD_ALLOC_INDEX": fmt.Sprint(index)},
+		Resources: &drivers.Resources{
+			NomadResources: &structs.AllocatedTaskResources{},
+			Ports:          &structs.AllocatedPorts{{Label: "rdzv", Value: port, HostIP: "127.0.0.1"}},
+		},
+	}
+	if err := cfg.EncodeConcreteDriverConfig(&tc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.MkAllocDir(cfg, true))
+	return cfg
+}
+
+// startAll starts every member and returns their exit results in order.
+func startAll(t *testing.T, h *dtestutil.DriverHarness, cfgs []*drivers.TaskConfig, timeout time.Duration) []*drivers.ExitResult {
+	t.Helper()
+	var waits []<-chan *drivers.ExitResult
+	for _, cfg := range cfgs {
+		if _, _, err := h.StartTask(cfg); err != nil {
+			t.Fatalf("starting %s: %v", cfg.Env["NOMAD_ALLOC_NAME"], err)
+		}
+		t.Cleanup(func() { _ = h.DestroyTask(cfg.ID, true) })
+		ch, err := h.WaitTask(context.Background(), cfg.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, ch)
+	}
+	var out []*drivers.ExitResult
+	for i, ch := range waits {
+		select {
+		case r := <-ch:
+			out = append(out, r)
+		case <-time.After(timeout):
+			t.Fatalf("%s did not exit within %s", cfgs[i].Env["NOMAD_ALLOC_NAME"], timeout)
+		}
+	}
+	return out
+}
+
+// logOf reads a task's log once it satisfies ready: logmon copies the
+// task's output to the file asynchronously, so a task that exited may not be
+// in its log yet.
+func logOf(t *testing.T, cfg *drivers.TaskConfig, stream string, ready func(string) bool) string {
+	t.Helper()
+	path := filepath.Join(cfg.TaskDir().LogDir, cfg.Name+"."+stream+".0")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if ready(string(b)) || time.Now().After(deadline) {
+			return string(b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func lines(n int) func(string) bool {
+	return func(s string) bool { return strings.Count(s, "\n") >= n }
+}
+
+func stderr(t *testing.T, cfg *drivers.TaskConfig) string {
+	return logOf(t, cfg, "stderr", lines(1))
+}
+
+// ports returns n free loopback ports.
+func ports(t *testing.T, n int) []int {
+	var out []int
+	for i := 0; i < n; i++ {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p int
+		fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &p)
+		out = append(out, p)
+	}
+	return out
+}
+
+// consulEmpty fails the test if anything of run is left in Consul.
+func consulEmpty(t *testing.T, run string) {
+	t.Helper()
+	c, err := consul.NewClient(&consul.Config{Address: testConsul.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _, err := c.KV().Keys("gpujob/rendezvous/"+run, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 0 {
+		t.Errorf("keys left in Consul: %v", keys)
+	}
+	sessions, _, err := c.Session().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sessions) != 0 {
+		var names []string
+		for _, s := range sessions {
+			names = append(names, s.Name)
+		}
+		t.Errorf("sessions left in Consul: %v", names)
+	}
+}
+
+func TestFingerprintFollowsConsul(t *testing.T) {
+	h := harness(t, Config{})
+	ch, err := h.Fingerprint(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := <-ch
+	if fp.Health != drivers.HealthStateHealthy {
+		t.Fatalf("health %s: %s", fp.Health, fp.HealthDescription)
+	}
+	if v, ok := fp.Attributes["driver.gpujob"]; !ok || *v.Bool != true {
+		t.Errorf("attributes %v lack driver.gpujob", fp.Attributes)
+	}
+
+	down := harness(t, Config{Consul: &ConsulConfig{Address: "127.0.0.1:1"}})
+	ch, err = down.Fingerprint(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp = <-ch
+	if fp.Health != drivers.HealthStateUnhealthy || !strings.Contains(fp.HealthDescription, "127.0.0.1:1") {
+		t.Fatalf("with Consul down: health %s %q, want unhealthy naming the address", fp.Health, fp.HealthDescription)
+	}
+}
+
+func TestGroupGetsRanksAndSucceeds(t *testing.T) {
+	h := harness(t, Config{})
+	p := ports(t, 2)
+	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2, MaxRestarts: 1,
+		Args:       []string{"-c", `echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE node=$GROUP_RANK master=$MASTER_ADDR:$MASTER_PORT ckpt=$GPUJOB_CHECKPOINT_DIR"`},
+		Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv", JoinTimeout: "30s"}}
+	cfgs := []*drivers.TaskConfig{member(t, h, "ranks", 0, p[0], tc), member(t, h, "ranks", 1, p[1], tc)}
+	for i, r := range startAll(t, h, cfgs, 60*time.Second) {
+		if !r.Successful() {
+			t.Fatalf("member %d exited %+v; stderr:\n%s", i, r, stderr(t, cfgs[i]))
+		}
+	}
+	var ranks, masters []string
+	for _, cfg := range cfgs {
+		out := logOf(t, cfg, "stdout", lines(2))
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(line) // "[rank N]" prefix, then the fields
+			if len(f) < 7 {
+				t.Fatalf("unexpected line %q", line)
+			}
+			ranks = append(ranks, f[2])
+			masters = append(masters, f[6])
+			if f[4] != "world=4" {
+				t.Errorf("line %q: world size is not 4", line)
+			}
+		}
+	}
+	sort.Strings(ranks)
+	if strings.Join(ranks, " ") != "rank=0 rank=1 rank=2 rank=3" {
+		t.Errorf("ranks %v, want 0..3 once each", ranks)
+	}
+	for _, m := range masters {
+		if m != masters[0] {
+			t.Errorf("members disagree on the master: %v", masters)
+			break
+		}
+	}
+	consulEmpty(t, "default/ranks")
+}
+
+func TestGroupRestartsWhenARankFails(t *testing.T) {
+	h := harness(t, Config{})
+	p := ports(t, 2)
+	// Rank 2 fails in the first round; every rank runs again, once.
+	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2, MaxRestarts: 2,
+		Args: []string{"-c", `echo "gen=$GPUJOB_GENERATION restarts=$TORCHELASTIC_RESTART_COUNT rank=$RANK"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 2 ]; then exit 7; fi; sleep 0.5`},
+		Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv", JoinTimeout: "30s"}}
+	cfgs := []*drivers.TaskConfig{member(t, h, "restart", 0, p[0], tc), member(t, h, "restart", 1, p[1], tc)}
+	events, err := h.TaskEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range startAll(t, h, cfgs, 90*time.Second) {
+		if !r.Successful() {
+			t.Fatalf("member %d exited %+v; stderr:\n%s", i, r, stderr(t, cfgs[i]))
+		}
+	}
+	round2 := func(s string) bool { return strings.Count(s, "gen=2") == 2 }
+	all := logOf(t, cfgs[0], "stdout", round2) + logOf(t, cfgs[1], "stdout", round2)
+	if n := strings.Count(all, "gen=2 restarts=1"); n != 4 {
+		t.Errorf("%d ranks ran in round 2, want all 4:\n%s", n, all)
+	}
+	var msgs []string
+	timeout := time.After(5 * time.Second)
+collect:
+	for {
+		select {
+		case e := <-events:
+			msgs = append(msgs, e.Message)
+			if strings.Contains(strings.Join(msgs, "\n"), "rank 2 exited 7: restarting group, 1 of 2 restarts left") {
+				break collect
+			}
+		case <-timeout:
+			t.Fatalf("no task event tells of the restart; events:\n%s", strings.Join(msgs, "\n"))
+		}
+	}
+	consulEmpty(t, "default/restart")
+}
+
+func TestJoinTimeoutNamesTheMissingMember(t *testing.T) {
+	h := harness(t, Config{})
+	p := ports(t, 1)
+	tc := TaskConfig{Command: "/bin/true",
+		Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv", JoinTimeout: "2s"}}
+	cfg := member(t, h, "lonely", 0, p[0], tc)
+	events, err := h.TaskEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := startAll(t, h, []*drivers.TaskConfig{cfg}, 30*time.Second)[0]
+	if r.Successful() {
+		t.Fatal("a group missing a member succeeded")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("join timeout of 2s took %s", d)
+	}
+	select {
+	case e := <-events:
+		if !strings.Contains(e.Message, "never joined: lonely.g[1]") {
+			t.Errorf("task event %q does not name the missing member lonely.g[1]", e.Message)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no task event for the failed join")
+	}
+	// The same words reach the task's stderr.
+	if msg := logOf(t, cfg, "stderr", func(s string) bool { return strings.Contains(s, "lonely.g[1]") }); !strings.Contains(msg, "lonely.g[1]") {
+		t.Errorf("stderr does not name the missing member lonely.g[1]:\n%s", msg)
+	}
+	consulEmpty(t, "default/lonely")
+}

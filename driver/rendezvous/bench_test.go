@@ -1,0 +1,95 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkRound measures, for M in-process members against the test agent,
+// the time from nothing to every member holding the complete round (Open +
+// Join, so it includes creating M sessions), and the Consul HTTP requests
+// that took per member (req/member; must not grow with M).
+//
+//	go test -run '^$' -bench BenchmarkRound -benchtime 1x ./driver/rendezvous/
+func BenchmarkRound(b *testing.B) {
+	c := needConsul(b)
+	for _, m := range []int{8, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("M=%d", m), func(b *testing.B) {
+			var reqs int64
+			for n := 0; n < b.N; n++ {
+				b.StopTimer()
+				runID := fmt.Sprintf("bench/M%d-%d-%d", m, n, time.Now().UnixNano())
+				rs := make([]*Rendezvous, m)
+				for i := range rs {
+					r, err := New(Config{Client: c, RunID: runID, Min: m, Max: m, JoinTimeout: time.Minute},
+						Member{ID: fmt.Sprintf("alloc-%d", i), Name: memberName(i), Addr: fmt.Sprintf("10.0.%d.%d:29500", i/256, i%256), LocalWorldSize: 1 + i%2})
+					if err != nil {
+						b.Fatal(err)
+					}
+					rs[i] = r
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				testAgent.count.mu.Lock()
+				testAgent.count.byKind = map[string]int{}
+				testAgent.count.mu.Unlock()
+				before := testAgent.count.n.Load()
+				errs := make([]error, m)
+				rounds := make([]*Round, m)
+				var wg sync.WaitGroup
+				opened, joined := make([]time.Duration, m), make([]time.Duration, m)
+				t0 := time.Now()
+				b.StartTimer()
+				for i, r := range rs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := r.Open(ctx); err != nil {
+							errs[i] = err
+							return
+						}
+						opened[i] = time.Since(t0)
+						rounds[i], errs[i] = r.Join(ctx)
+						joined[i] = time.Since(t0)
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				reqs += testAgent.count.n.Load() - before
+				slices.Sort(opened)
+				slices.Sort(joined)
+				b.Logf("M=%d: sessions open: median %s, last %s; Join returned: first %s, p10 %s, median %s, p90 %s, last %s", m, opened[m/2], opened[m-1], joined[0], joined[m/10], joined[m/2], joined[m*9/10], joined[m-1])
+				testAgent.count.mu.Lock()
+				b.Logf("M=%d requests by kind: %v", m, testAgent.count.byKind)
+				testAgent.count.byKind = nil
+				testAgent.count.mu.Unlock()
+				for i, err := range errs {
+					if err != nil {
+						b.Fatalf("member %d: %v", i, err)
+					}
+					if rounds[i].WorldSize != rounds[0].WorldSize || len(rounds[i].Members) != m {
+						b.Fatalf("member %d: bad round %+v", i, rounds[i])
+					}
+				}
+				for i, r := range rs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := r.Done(ctx, rounds[i]); err != nil {
+							b.Error(err)
+						}
+						if err := r.Close(ctx); err != nil {
+							b.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+				cancel()
+			}
+			b.ReportMetric(float64(reqs)/float64(b.N*m), "req/member")
+		})
+	}
+}

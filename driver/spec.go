@@ -1,0 +1,205 @@
+package driver
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/drivers"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
+)
+
+// Defaults for the task's rendezvous block.
+const (
+	defaultJoinTimeout = 5 * time.Minute
+	defaultLastCall    = 5 * time.Second
+	defaultStopGrace   = 3 * time.Second
+)
+
+// Files the driver keeps in the task's private directory: Nomad mounts a
+// tmpfs there and it is not readable through the allocation file API, so the
+// spec's Consul token never reaches disk or an API caller.
+const (
+	specFileName   = "gpujob-supervisor.json"
+	eventsFileName = "gpujob-events.jsonl"
+)
+
+// buildSpec turns Nomad's task config and ours into the supervisor's spec.
+// It is pure apart from reading CONSUL_HTTP_* when the plugin config leaves
+// them out, so every rule here is unit-tested.
+func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(string) string) (*supervisor.Spec, error) {
+	if tc.Command == "" {
+		return nil, fmt.Errorf("command: must not be empty")
+	}
+	rdv := tc.Rendezvous
+	if rdv == nil {
+		rdv = &RendezvousConfig{}
+	}
+	min, max, err := parseNNodes(rdv.NNodes)
+	if err != nil {
+		return nil, err
+	}
+	join, err := duration("rendezvous.join_timeout", rdv.JoinTimeout, defaultJoinTimeout)
+	if err != nil {
+		return nil, err
+	}
+	lastCall, err := duration("rendezvous.last_call", rdv.LastCall, defaultLastCall)
+	if err != nil {
+		return nil, err
+	}
+	if tc.MaxRestarts < 0 {
+		return nil, fmt.Errorf("max_restarts: must be 0 or more, got %d", tc.MaxRestarts)
+	}
+	nproc := tc.NProcPerNode
+	if nproc < 0 {
+		return nil, fmt.Errorf("nproc_per_node: must be 1 or more, got %d", nproc)
+	}
+	if nproc == 0 {
+		nproc = gpuCount(cfg)
+	}
+	logPrefix := nproc > 1
+	if tc.LogPrefix != nil {
+		logPrefix = *tc.LogPrefix
+	}
+	addr, err := memberAddr(cfg, rdv.Port, max)
+	if err != nil {
+		return nil, err
+	}
+
+	namespace := cfg.Namespace
+	if namespace == "" {
+		namespace = "default"
+	}
+	jobID := cfg.JobID
+	if jobID == "" {
+		jobID = cfg.JobName
+	}
+	allocName := cfg.Env["NOMAD_ALLOC_NAME"]
+	if allocName == "" {
+		allocName = fmt.Sprintf("%s.%s[%s]", jobID, cfg.TaskGroupName, cfg.Env["NOMAD_ALLOC_INDEX"])
+	}
+	expected := make([]string, max)
+	for i := range expected {
+		expected[i] = fmt.Sprintf("%s.%s[%d]", jobID, cfg.TaskGroupName, i)
+	}
+	private := filepath.Join(cfg.TaskDir().Dir, "private")
+
+	consul, err := consulSpec(pc, getenv)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &supervisor.Spec{
+		Command:       tc.Command,
+		Args:          tc.Args,
+		Env:           tc.Env,
+		NProcPerNode:  nproc,
+		LogPrefix:     logPrefix,
+		RunID:         namespace + "/" + jobID,
+		RoleName:      "default",
+		Self:          supervisor.Member{ID: cfg.AllocID, Name: allocName, Addr: addr},
+		Expected:      expected,
+		Min:           min,
+		Max:           max,
+		JoinTimeout:   supervisor.Duration(join),
+		LastCall:      supervisor.Duration(lastCall),
+		MaxRestarts:   tc.MaxRestarts,
+		CheckpointDir: filepath.Join(pc.CheckpointRoot, namespace, jobID),
+		StopGrace:     supervisor.Duration(defaultStopGrace),
+		Consul:        consul,
+		EventsFile:    filepath.Join(private, eventsFileName),
+	}
+	return s, s.Validate()
+}
+
+// gpuCount is how many GPUs the device plugin reserved to the task, from the
+// CUDA_VISIBLE_DEVICES it set; 1 without GPUs (a CPU run).
+func gpuCount(cfg *drivers.TaskConfig) int {
+	v := cfg.DeviceEnv["CUDA_VISIBLE_DEVICES"]
+	if v == "" {
+		v = cfg.Env["CUDA_VISIBLE_DEVICES"]
+	}
+	n := 0
+	for _, id := range strings.Split(v, ",") {
+		if strings.TrimSpace(id) != "" {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// memberAddr is the host:port this member offers as the master address: the
+// port Nomad allocated under the label, on its host IP. A single-node group
+// needs no allocated port; it takes a free one on loopback.
+func memberAddr(cfg *drivers.TaskConfig, label string, nnodes int) (string, error) {
+	if label == "" {
+		if nnodes > 1 {
+			return "", fmt.Errorf("rendezvous.port: required when nnodes > 1; add network { port \"rdzv\" {} } to the group and port = \"rdzv\"")
+		}
+		return freeLoopbackAddr()
+	}
+	if cfg.Resources != nil && cfg.Resources.Ports != nil {
+		if p, ok := cfg.Resources.Ports.Get(label); ok {
+			host := p.HostIP
+			if host == "" {
+				host = "127.0.0.1"
+			}
+			return net.JoinHostPort(host, strconv.Itoa(p.Value)), nil
+		}
+	}
+	return "", fmt.Errorf("rendezvous.port: the group's network block has no port labelled %q", label)
+}
+
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port for a single-node group: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// consulSpec is how supervisors reach Consul: the plugin config, else the
+// CONSUL_HTTP_* environment of the Nomad client, else the local agent.
+func consulSpec(pc *Config, getenv func(string) string) (supervisor.ConsulSpec, error) {
+	ttl, err := time.ParseDuration(pc.SessionTTL)
+	if err != nil {
+		return supervisor.ConsulSpec{}, fmt.Errorf("session_ttl: %w", err)
+	}
+	cc := pc.Consul
+	if cc == nil {
+		cc = &ConsulConfig{}
+	}
+	c := supervisor.ConsulSpec{
+		Address:    firstOf(cc.Address, getenv("CONSUL_HTTP_ADDR"), "127.0.0.1:8500"),
+		Token:      firstOf(cc.Token, getenv("CONSUL_HTTP_TOKEN")),
+		Datacenter: cc.Datacenter,
+		CAFile:     firstOf(cc.CAFile, getenv("CONSUL_CACERT")),
+		CertFile:   firstOf(cc.CertFile, getenv("CONSUL_CLIENT_CERT")),
+		KeyFile:    firstOf(cc.KeyFile, getenv("CONSUL_CLIENT_KEY")),
+		KeyPrefix:  pc.KeyPrefix,
+		SessionTTL: supervisor.Duration(ttl),
+	}
+	// CONSUL_HTTP_ADDR may carry a scheme; the client wants it apart.
+	if rest, ok := strings.CutPrefix(c.Address, "https://"); ok {
+		c.Address, c.Scheme = rest, "https"
+	}
+	c.Address = strings.TrimPrefix(c.Address, "http://")
+	if c.CAFile != "" || c.CertFile != "" || getenv("CONSUL_HTTP_SSL") == "true" {
+		c.Scheme = "https"
+	}
+	return c, nil
+}

@@ -1,0 +1,152 @@
+package driver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/nomad/structs"
+	"github.com/hashicorp/nomad/plugins/drivers"
+)
+
+func taskCfg() *drivers.TaskConfig {
+	return &drivers.TaskConfig{
+		ID: "a1/train/x", JobName: "bert", JobID: "bert", TaskGroupName: "train", Name: "train",
+		Namespace: "ml", AllocID: "a1", AllocDir: "/var/nomad/alloc/a1",
+		Env:       map[string]string{"NOMAD_ALLOC_NAME": "bert.train[2]", "NOMAD_ALLOC_INDEX": "2"},
+		DeviceEnv: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c"},
+		Resources: &drivers.Resources{Ports: &structs.AllocatedPorts{
+			{Label: "rdzv", Value: 24001, HostIP: "10.1.2.3"},
+		}},
+	}
+}
+
+func pluginCfg(t *testing.T) *Config {
+	c := &Config{CheckpointRoot: "/shared/ckpt"}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func noEnv(string) string { return "" }
+
+func TestBuildSpec(t *testing.T) {
+	tc := &TaskConfig{Command: "/usr/bin/python3", Args: []string{"train.py"}, MaxRestarts: 2,
+		Rendezvous: &RendezvousConfig{NNodes: "2:4", JoinTimeout: "90s", Port: "rdzv"}}
+	s, err := buildSpec(taskCfg(), tc, pluginCfg(t), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"nproc defaults to the reserved GPUs", s.NProcPerNode, 3},
+		{"log prefix on with several processes", s.LogPrefix, true},
+		{"min", s.Min, 2},
+		{"max", s.Max, 4},
+		{"join timeout", time.Duration(s.JoinTimeout), 90 * time.Second},
+		{"last call default", time.Duration(s.LastCall), defaultLastCall},
+		{"run id is namespace/job", s.RunID, "ml/bert"},
+		{"member name", s.Self.Name, "bert.train[2]"},
+		{"member address is the labelled port on its host IP", s.Self.Addr, "10.1.2.3:24001"},
+		{"expected members", strings.Join(s.Expected, ","), "bert.train[0],bert.train[1],bert.train[2],bert.train[3]"},
+		{"checkpoint dir", s.CheckpointDir, "/shared/ckpt/ml/bert"},
+		{"events in the private dir", s.EventsFile, "/var/nomad/alloc/a1/train/private/gpujob-events.jsonl"},
+		{"consul default", s.Consul.Address, "127.0.0.1:8500"},
+		{"key prefix default", s.Consul.KeyPrefix, "gpujob/rendezvous"},
+		{"session ttl default", time.Duration(s.Consul.SessionTTL), 10 * time.Second},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestBuildSpecErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name string
+		tc   TaskConfig
+		want string
+	}{
+		{"no command", TaskConfig{}, "command"},
+		{"bad nnodes", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "four"}}, "rendezvous.nnodes"},
+		{"min above max", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "4:2"}}, "rendezvous.nnodes"},
+		{"bad timeout", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{JoinTimeout: "soon"}}, "rendezvous.join_timeout"},
+		{"bad last call", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{LastCall: "-1s"}}, "rendezvous.last_call"},
+		{"negative restarts", TaskConfig{Command: "x", MaxRestarts: -1}, "max_restarts"},
+		{"negative nproc", TaskConfig{Command: "x", NProcPerNode: -2}, "nproc_per_node"},
+		{"multi-node without a port", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2"}}, "rendezvous.port: required"},
+		{"unknown port label", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "nope"}}, `no port labelled "nope"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := buildSpec(taskCfg(), &c.tc, pluginCfg(t), noEnv)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one naming %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestBuildSpecSingleNodeNeedsNoPort(t *testing.T) {
+	cfg := taskCfg()
+	cfg.DeviceEnv = nil
+	no := false
+	s, err := buildSpec(cfg, &TaskConfig{Command: "x", LogPrefix: &no}, pluginCfg(t), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.NProcPerNode != 1 || s.Min != 1 || s.Max != 1 || !strings.HasPrefix(s.Self.Addr, "127.0.0.1:") || s.LogPrefix {
+		t.Fatalf("single node CPU task: %+v", s)
+	}
+}
+
+func TestConsulFromEnvironment(t *testing.T) {
+	env := map[string]string{"CONSUL_HTTP_ADDR": "https://consul.internal:8501", "CONSUL_HTTP_TOKEN": "tok", "CONSUL_CACERT": "/ca.pem"}
+	c, err := consulSpec(pluginCfg(t), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Address != "consul.internal:8501" || c.Scheme != "https" || c.Token != "tok" || c.CAFile != "/ca.pem" {
+		t.Fatalf("consul spec %+v", c)
+	}
+	// The plugin config wins over the environment.
+	pc := pluginCfg(t)
+	pc.Consul.Address, pc.Consul.Token = "10.0.0.1:8500", "cfg"
+	c, _ = consulSpec(pc, func(k string) string { return env[k] })
+	if c.Address != "10.0.0.1:8500" || c.Token != "cfg" {
+		t.Fatalf("plugin config did not win: %+v", c)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"defaults", Config{}, ""},
+		{"bad ttl", Config{SessionTTL: "ten"}, "session_ttl"},
+		{"ttl below consul's minimum", Config{SessionTTL: "2s"}, "session_ttl"},
+		{"relative checkpoint root", Config{CheckpointRoot: "ckpt"}, "checkpoint_root"},
+		{"prefix with slash", Config{KeyPrefix: "/gpujob"}, "key_prefix"},
+		{"cert without key", Config{Consul: &ConsulConfig{CertFile: "/c.pem"}}, "consul: cert_file and key_file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.validate()
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one naming %q", err, c.want)
+			}
+		})
+	}
+}

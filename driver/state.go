@@ -1,0 +1,51 @@
+package driver
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/drivers"
+	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
+)
+
+// taskHandleVersion is the version of TaskState; bump it when the shape
+// changes so RecoverTask can refuse state it does not understand.
+const taskHandleVersion = 1
+
+// TaskState is what Nomad persists for a running task, so that after a client
+// restart RecoverTask can reattach to the executor (and through it to the
+// supervisor and its workers, which never stopped).
+type TaskState struct {
+	ReattachConfig *pstructs.ReattachConfig
+	TaskConfig     *drivers.TaskConfig
+	Pid            int
+	StartedAt      time.Time
+	EventsFile     string
+}
+
+// taskStore holds the handles of the tasks this driver runs.
+type taskStore struct {
+	mu    sync.RWMutex
+	store map[string]*taskHandle
+}
+
+func newTaskStore() *taskStore { return &taskStore{store: map[string]*taskHandle{}} }
+
+func (s *taskStore) Set(id string, h *taskHandle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.store[id] = h
+}
+
+func (s *taskStore) Get(id string) (*taskHandle, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	h, ok := s.store[id]
+	return h, ok
+}
+
+func (s *taskStore) Delete(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.store, id)
+}

@@ -1,0 +1,131 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/driver/rendezvous"
+)
+
+// Main runs the supervisor described by the spec file and returns the exit
+// code. Nomad's executor starts it as the task's process; SIGTERM (a stop)
+// stops the workers and leaves the group cleanly.
+func Main(specPath string) int {
+	spec, err := ReadSpec(specPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if spec.CheckpointDir != "" {
+		if err := os.MkdirAll(spec.CheckpointDir, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: creating the checkpoint directory: %v\n", err)
+			return 1
+		}
+	}
+	client, err := consulClient(spec.Consul)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+		return 1
+	}
+	rdv, err := rendezvous.New(rendezvous.Config{
+		Client:      client,
+		Prefix:      spec.Consul.KeyPrefix,
+		RunID:       spec.RunID,
+		SessionTTL:  time.Duration(spec.Consul.SessionTTL),
+		Min:         spec.Min,
+		Max:         spec.Max,
+		JoinTimeout: time.Duration(spec.JoinTimeout),
+		LastCall:    time.Duration(spec.LastCall),
+		MaxRestarts: spec.MaxRestarts,
+		Expected:    spec.Expected,
+	}, rendezvous.Member{
+		ID:             spec.Self.ID,
+		Name:           spec.Self.Name,
+		Addr:           spec.Self.Addr,
+		LocalWorldSize: spec.NProcPerNode,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+		return 1
+	}
+	if err := rdv.Open(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "gpujob: joining the group through Consul at %s: %v\n", spec.Consul.Address, err)
+		return 1
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rdv.Close(closeCtx); err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: leaving the group: %v\n", err)
+		}
+	}()
+
+	sup, err := New(spec, rdv, os.Environ(), os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+		return 1
+	}
+	// Other signals (nomad alloc signal) go to the workers.
+	forward := make(chan os.Signal, 4)
+	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT)
+	defer signal.Stop(forward)
+	go func() {
+		for sig := range forward {
+			sup.Signal(sig.(syscall.Signal))
+		}
+	}()
+	return sup.Run(ctx)
+}
+
+// CheckConsul asks Consul for its leader: the driver's health check that the
+// supervisors on this node will be able to rendezvous.
+func CheckConsul(ctx context.Context, s ConsulSpec) error {
+	client, err := consulClient(s)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	q := (&consul.QueryOptions{}).WithContext(ctx)
+	var leader string
+	if _, err := client.Raw().Query("/v1/status/leader", &leader, q); err != nil {
+		return fmt.Errorf("Consul at %s is unreachable: %w", s.Address, err)
+	}
+	if leader == "" {
+		return fmt.Errorf("Consul at %s has no leader", s.Address)
+	}
+	return nil
+}
+
+// consulClient builds a Consul client from the spec; the CONSUL_HTTP_*
+// environment fills what the spec leaves empty.
+func consulClient(s ConsulSpec) (*consul.Client, error) {
+	cfg := consul.DefaultConfig()
+	if s.Address != "" {
+		cfg.Address = s.Address
+	}
+	if s.Token != "" {
+		cfg.Token = s.Token
+	}
+	if s.Datacenter != "" {
+		cfg.Datacenter = s.Datacenter
+	}
+	if s.Scheme != "" {
+		cfg.Scheme = s.Scheme
+	}
+	cfg.TLSConfig = consul.TLSConfig{CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile}
+	c, err := consul.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,218 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpujob/gpujob/driver/rendezvous"
+)
+
+// fakeCoord is a scripted rendezvous: Join hands out rounds in order, then
+// joinErr; the test ends a round remotely through end.
+type fakeCoord struct {
+	mu      sync.Mutex
+	rounds  []*rendezvous.Round
+	joinErr error
+	joins   int
+	fails   []rendezvous.Failure
+	done    int
+	watches map[int]chan rendezvous.Failure
+	watched chan int // round numbers as Watch is called
+}
+
+func newFakeCoord(rounds int, joinErr error) *fakeCoord {
+	c := &fakeCoord{joinErr: joinErr, watches: map[int]chan rendezvous.Failure{}, watched: make(chan int, 16)}
+	self := rendezvous.Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:29400", LocalWorldSize: 2}
+	for i := 1; i <= rounds; i++ {
+		c.rounds = append(c.rounds, &rendezvous.Round{Number: i, Restarts: i - 1, Members: []rendezvous.Member{self},
+			NodeRank: 0, WorldSize: 2, RankOffset: 0, Master: self})
+	}
+	return c
+}
+
+func (c *fakeCoord) Join(ctx context.Context) (*rendezvous.Round, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.joins < len(c.rounds) {
+		c.joins++
+		return c.rounds[c.joins-1], nil
+	}
+	return nil, c.joinErr
+}
+
+func (c *fakeCoord) Watch(ctx context.Context, r *rendezvous.Round) <-chan rendezvous.Failure {
+	c.mu.Lock()
+	ch := make(chan rendezvous.Failure, 1)
+	c.watches[r.Number] = ch
+	c.mu.Unlock()
+	c.watched <- r.Number
+	return ch
+}
+
+func (c *fakeCoord) end(round int, f rendezvous.Failure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watches[round] <- f
+}
+
+func (c *fakeCoord) Fail(ctx context.Context, r *rendezvous.Round, f rendezvous.Failure) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fails = append(c.fails, f)
+	return nil
+}
+
+func (c *fakeCoord) Done(ctx context.Context, r *rendezvous.Round) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done++
+	return nil
+}
+
+// run runs a supervisor whose workers run script under /bin/sh; it returns
+// the exit code, the events and the directory the script may write to.
+func run(t *testing.T, ctx context.Context, coord *fakeCoord, script string) (int, []Event, string) {
+	t.Helper()
+	dir := t.TempDir()
+	spec := &Spec{Command: "/bin/sh", Args: []string{"-c", script}, NProcPerNode: 2, MaxRestarts: 3,
+		RunID: "default/job", Self: Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:29400"},
+		Min: 1, Max: 1, StopGrace: Duration(500 * time.Millisecond), EventsFile: filepath.Join(dir, "events.jsonl")}
+	out := &safeBuffer{}
+	sup, err := New(spec, coord, []string{"PATH=/usr/bin:/bin", "STATE=" + dir}, out, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := sup.Run(ctx)
+	b, _ := os.ReadFile(spec.EventsFile)
+	events, _ := ReadEvents(b)
+	return code, events, dir
+}
+
+func messages(events []Event) string {
+	var m []string
+	for _, e := range events {
+		m = append(m, e.Kind+": "+e.Message)
+	}
+	return strings.Join(m, "\n")
+}
+
+func TestSupervisorSucceeds(t *testing.T) {
+	coord := newFakeCoord(1, nil)
+	code, events, _ := run(t, context.Background(), coord, `test "$WORLD_SIZE" = 2 && test "$MASTER_PORT" = 29400`)
+	if code != 0 || coord.done != 1 || len(coord.fails) != 0 {
+		t.Fatalf("code %d done %d fails %v; events:\n%s", code, coord.done, coord.fails, messages(events))
+	}
+	got := messages(events)
+	for _, want := range []string{
+		"joined: joined round 1 as node 0 of 1 (ranks 0-1 of 2, master 127.0.0.1:29400)",
+		"succeeded: all 2 local ranks exited 0",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("events lack %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestSupervisorLocalFailureRestartsTheGroup(t *testing.T) {
+	coord := newFakeCoord(2, nil)
+	// Rank 1 fails in the first round only; the restart count tells rounds apart.
+	code, events, _ := run(t, context.Background(), coord,
+		`if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 3; fi; sleep 0.2`)
+	if code != 0 {
+		t.Fatalf("code %d; events:\n%s", code, messages(events))
+	}
+	if len(coord.fails) != 1 || coord.fails[0].Reason != "rank 1 exited 3" || coord.fails[0].ExitCode != 3 {
+		t.Fatalf("failures reported to the group: %+v", coord.fails)
+	}
+	if !strings.Contains(messages(events), "rank 1 exited 3: restarting group, 2 of 3 restarts left") {
+		t.Errorf("no restart event:\n%s", messages(events))
+	}
+}
+
+func TestSupervisorRemoteFailureStopsAndRejoins(t *testing.T) {
+	coord := newFakeCoord(2, nil)
+	done := make(chan struct{})
+	var code int
+	var events []Event
+	var dir string
+	go func() {
+		defer close(done)
+		// Round 1's workers record their PIDs and hang; round 2's succeed.
+		code, events, dir = run(t, context.Background(), coord,
+			`if [ "$GPUJOB_GENERATION" = 1 ]; then echo $$ > "$STATE/pid.$LOCAL_RANK"; exec sleep 60; fi`)
+	}()
+	<-coord.watched
+	time.Sleep(200 * time.Millisecond) // let the workers write their PIDs
+	coord.end(1, rendezvous.Failure{Member: "job.g[1]", Reason: "rank 3 exited 137", ExitCode: 137})
+	<-done
+	if code != 0 || len(coord.fails) != 0 {
+		t.Fatalf("code %d, own failures %v; events:\n%s", code, coord.fails, messages(events))
+	}
+	if !strings.Contains(messages(events), "round 1 ended by job.g[1] (rank 3 exited 137): restarting with the group") {
+		t.Errorf("events:\n%s", messages(events))
+	}
+	for _, f := range []string{"pid.0", "pid.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatalf("round 1 worker did not start: %v", err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("round 1 worker %d still runs after the round ended", pid)
+		}
+	}
+}
+
+func TestSupervisorFailsWhenTheGroupCannotGoOn(t *testing.T) {
+	coord := newFakeCoord(1, errors.New("restart budget exhausted: job.g[0]: rank 0 exited 5 (3 of 3 restarts used)"))
+	code, events, _ := run(t, context.Background(), coord, `exit 5`)
+	if code != 1 {
+		t.Fatalf("code %d, want 1", code)
+	}
+	last := events[len(events)-1]
+	if last.Kind != EventFailed || !strings.Contains(last.Message, "rank 0 exited 5") {
+		t.Errorf("last event %+v does not say why the group failed", last)
+	}
+}
+
+func TestSupervisorStoppedByNomad(t *testing.T) {
+	coord := newFakeCoord(1, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var dir string
+	go func() {
+		code, _, d := run(t, ctx, coord, `echo $$ > "$STATE/pid.$LOCAL_RANK"; trap "" TERM; exec sleep 60`)
+		dir = d
+		done <- code
+	}()
+	<-coord.watched
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case code := <-done:
+		if code != ExitStopped {
+			t.Fatalf("code %d, want %d", code, ExitStopped)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("supervisor did not stop")
+	}
+	entries, _ := filepath.Glob(filepath.Join(dir, "pid.*"))
+	if len(entries) != 2 {
+		t.Fatalf("workers did not start: %v", entries)
+	}
+	for _, f := range entries {
+		b, _ := os.ReadFile(f)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("worker %d survived the stop", pid)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+// Package testagent starts the real agents the tests run against, built by
+// scripts/install-agents.sh into the cache outside the checkout.
+package testagent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ConsulVersion is the Consul agent the tests use (scripts/lib.sh pins it).
+const ConsulVersion = "1.15.6"
+
+// ConsulBin is the Consul binary: CONSUL_BIN, else the cached build.
+func ConsulBin() string {
+	if b := os.Getenv("CONSUL_BIN"); b != "" {
+		return b
+	}
+	return filepath.Join(cacheDir(), "consul-"+ConsulVersion, "consul")
+}
+
+// cacheDir mirrors gpujob_cache_dir in scripts/lib.sh.
+func cacheDir() string {
+	if d := os.Getenv("GPUJOB_CACHE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "gpujob")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "gpujob")
+}
+
+// Consul is a Consul dev agent on loopback, on ports of its own.
+type Consul struct {
+	// Addr is the HTTP API's host:port.
+	Addr string
+	cmd  *exec.Cmd
+	dir  string
+	done chan struct{}
+}
+
+// StartConsul starts a dev agent and waits until it has a leader. extraHCL is
+// added to its config (e.g. limits).
+func StartConsul(extraHCL string) (*Consul, error) {
+	bin := ConsulBin()
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("no Consul agent at %s: run scripts/install-agents.sh consul (or set CONSUL_BIN)", bin)
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "gpujob-consul-")
+	if err != nil {
+		return nil, err
+	}
+	cfg := fmt.Sprintf(`ports {
+  http     = %d
+  serf_lan = %d
+  serf_wan = %d
+  server   = %d
+  dns      = -1
+  grpc     = -1
+  grpc_tls = -1
+}
+limits {
+  http_max_conns_per_client = 10000
+}
+%s
+`, ports[0], ports[1], ports[2], ports[3], extraHCL)
+	if err := os.WriteFile(filepath.Join(dir, "consul.hcl"), []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(dir, "consul.log"))
+	if err != nil {
+		return nil, err
+	}
+	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{})}
+	c.cmd = exec.Command(bin, "agent", "-dev", "-bind", "127.0.0.1", "-client", "127.0.0.1",
+		"-log-level", "warn", "-config-file", filepath.Join(dir, "consul.hcl"))
+	c.cmd.Stdout, c.cmd.Stderr = log, log
+	// Its own process group, so a test binary killed mid-run does not take
+	// the terminal's signals to it, and Stop can end it cleanly.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting consul: %w", err)
+	}
+	go func() { _ = c.cmd.Wait(); log.Close(); close(c.done) }()
+	if err := c.waitLeader(30 * time.Second); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitLeader asks for the leader until there is one. The agent is not
+// serving yet, so there is nothing to block on: a short retry is the only way.
+func (c *Consul) waitLeader(limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/v1/status/leader", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Trim(strings.TrimSpace(string(b)), `"`) != "" {
+				return nil
+			}
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("consul exited during start; log: %s", c.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("consul had no leader after %s; log: %s", limit, c.logTail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Consul) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, "consul.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// Stop ends the agent and removes its files.
+func (c *Consul) Stop() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(5 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	}
+	os.RemoveAll(c.dir)
+}
+
+// freePorts reserves n distinct free TCP ports on loopback.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
