@@ -40,7 +40,9 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	})),
 	"max_restarts": hclspec.NewDefault(hclspec.NewAttr("max_restarts", "number", false), hclspec.NewLiteral("3")),
 	"log_prefix":   hclspec.NewAttr("log_prefix", "bool", false),
-	"env":          hclspec.NewAttr("env", "map(string)", false),
+	// A map in a task config reaches the driver as a list of maps (Nomad's
+	// JSON job form), as for docker's labels and sysctl.
+	"env": hclspec.NewAttr("env", "list(map(string))", false),
 })
 
 // Config is the decoded plugin configuration.
@@ -64,13 +66,24 @@ type ConsulConfig struct {
 
 // TaskConfig is the decoded task configuration.
 type TaskConfig struct {
-	Command      string            `codec:"command"`
-	Args         []string          `codec:"args"`
-	NProcPerNode int               `codec:"nproc_per_node"`
-	Rendezvous   *RendezvousConfig `codec:"rendezvous"`
-	MaxRestarts  int               `codec:"max_restarts"`
-	LogPrefix    *bool             `codec:"log_prefix"`
-	Env          map[string]string `codec:"env"`
+	Command      string              `codec:"command"`
+	Args         []string            `codec:"args"`
+	NProcPerNode int                 `codec:"nproc_per_node"`
+	Rendezvous   *RendezvousConfig   `codec:"rendezvous"`
+	MaxRestarts  int                 `codec:"max_restarts"`
+	LogPrefix    *bool               `codec:"log_prefix"`
+	Env          []map[string]string `codec:"env"`
+}
+
+// envMap merges the env maps.
+func (tc *TaskConfig) envMap() map[string]string {
+	out := map[string]string{}
+	for _, m := range tc.Env {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // RendezvousConfig is the task's rendezvous block.

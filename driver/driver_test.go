@@ -17,12 +17,21 @@ import (
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/drivers"
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
+	mtesting "github.com/mitchellh/go-testing-interface"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
 
 var testConsul *testagent.Consul
+
+// testingT is what Nomad's driver harness takes; *testing.T is one, and
+// benchT makes a *testing.B one.
+type testingT = mtesting.T
+
+type benchT struct{ *testing.B }
+
+func (benchT) Parallel() {}
 
 func TestMain(m *testing.M) {
 	// The executor runs this test binary as the supervisor, as the real
@@ -43,7 +52,7 @@ func TestMain(m *testing.M) {
 
 // harness is a driver behind Nomad's gRPC plugin boundary, configured for
 // the test Consul.
-func harness(t *testing.T, cfg Config) *dtestutil.DriverHarness {
+func harness(t testingT, cfg Config) *dtestutil.DriverHarness {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -70,7 +79,7 @@ func harness(t *testing.T, cfg Config) *dtestutil.DriverHarness {
 
 // member is one allocation's task of a group: job.g[index], with its
 // rendezvous port on loopback.
-func member(t *testing.T, h *dtestutil.DriverHarness, job string, index, port int, tc TaskConfig) *drivers.TaskConfig {
+func member(t testingT, h *dtestutil.DriverHarness, job string, index, port int, tc TaskConfig) *drivers.TaskConfig {
 	t.Helper()
 	cfg := &drivers.TaskConfig{
 		ID:            uuid.Generate(),
@@ -94,7 +103,7 @@ func member(t *testing.T, h *dtestutil.DriverHarness, job string, index, port in
 }
 
 // startAll starts every member and returns their exit results in order.
-func startAll(t *testing.T, h *dtestutil.DriverHarness, cfgs []*drivers.TaskConfig, timeout time.Duration) []*drivers.ExitResult {
+func startAll(t testingT, h *dtestutil.DriverHarness, cfgs []*drivers.TaskConfig, timeout time.Duration) []*drivers.ExitResult {
 	t.Helper()
 	var waits []<-chan *drivers.ExitResult
 	for _, cfg := range cfgs {
@@ -123,7 +132,7 @@ func startAll(t *testing.T, h *dtestutil.DriverHarness, cfgs []*drivers.TaskConf
 // logOf reads a task's log once it satisfies ready: logmon copies the
 // task's output to the file asynchronously, so a task that exited may not be
 // in its log yet.
-func logOf(t *testing.T, cfg *drivers.TaskConfig, stream string, ready func(string) bool) string {
+func logOf(t testingT, cfg *drivers.TaskConfig, stream string, ready func(string) bool) string {
 	t.Helper()
 	path := filepath.Join(cfg.TaskDir().LogDir, cfg.Name+"."+stream+".0")
 	deadline := time.Now().Add(5 * time.Second)
@@ -140,12 +149,12 @@ func lines(n int) func(string) bool {
 	return func(s string) bool { return strings.Count(s, "\n") >= n }
 }
 
-func stderr(t *testing.T, cfg *drivers.TaskConfig) string {
+func stderr(t testingT, cfg *drivers.TaskConfig) string {
 	return logOf(t, cfg, "stderr", lines(1))
 }
 
 // ports returns n free loopback ports.
-func ports(t *testing.T, n int) []int {
+func ports(t testingT, n int) []int {
 	var out []int
 	for i := 0; i < n; i++ {
 		addr, err := freeLoopbackAddr()
@@ -160,7 +169,7 @@ func ports(t *testing.T, n int) []int {
 }
 
 // consulEmpty fails the test if anything of run is left in Consul.
-func consulEmpty(t *testing.T, run string) {
+func consulEmpty(t testingT, run string) {
 	t.Helper()
 	c, err := consul.NewClient(&consul.Config{Address: testConsul.Addr})
 	if err != nil {

@@ -96,7 +96,7 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	s := &supervisor.Spec{
 		Command:       tc.Command,
 		Args:          tc.Args,
-		Env:           tc.Env,
+		Env:           tc.envMap(),
 		NProcPerNode:  nproc,
 		LogPrefix:     logPrefix,
 		RunID:         namespace + "/" + jobID,

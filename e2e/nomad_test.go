@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -122,25 +123,27 @@ func allIn(statuses ...string) func([]*api.AllocationListStub) bool {
 // stdout reads task t's stdout of an allocation through the Nomad API.
 func (c *cluster) stdout(t *testing.T, allocID string) string {
 	t.Helper()
+	return c.taskLog(t, allocID, "t", "stdout")
+}
+
+// taskLog reads a task's log (stream "stdout" or "stderr") through the
+// Nomad API.
+func (c *cluster) taskLog(t *testing.T, allocID, task, stream string) string {
+	t.Helper()
 	alloc, _, err := c.nomad.Allocations().Info(allocID, nil)
 	if err != nil {
 		t.Fatalf("allocation %s: %v", allocID, err)
 	}
-	r, err := c.nomad.AllocFS().Cat(alloc, "alloc/logs/t.stdout.0", nil)
+	r, err := c.nomad.AllocFS().Cat(alloc, fmt.Sprintf("alloc/logs/%s.%s.0", task, stream), nil)
 	if err != nil {
-		t.Fatalf("reading the log of allocation %s: %v", allocID, err)
+		t.Fatalf("reading the %s of allocation %s: %v", stream, allocID, err)
 	}
 	defer r.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := r.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("reading the %s of allocation %s: %v", stream, allocID, err)
 	}
-	return b.String()
+	return string(b)
 }
 
 // waitStdout follows task t's stdout (a streaming log request, so the test

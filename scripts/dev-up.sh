@@ -353,30 +353,11 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM # so the EXIT trap also runs on Ctrl-C
 
-# start NAME DIR CMD... runs CMD in DIR in its own session (it outlives this
-# script and the terminal), output to logs/NAME.log, PID in pids/NAME.pid.
-# The inner bash records its own PID and then execs CMD, so the PID file
-# names the agent itself whether or not setsid had to fork. Working in the
-# state dir keeps the checkout free to go, and lets dev-down find a client's
-# helpers (logmon names no path) by their inherited cwd. TMPDIR in the state
-# dir: go-plugin puts its sockets there, and those of killed executors and
-# logmons would otherwise pile up in /tmp.
+# start NAME DIR CMD...: gpujob_dev_start (lib.sh), with NAME recorded first
+# so the EXIT trap stops it even if it never writes its PID file.
 start() {
-	local name=$1 wd=$2 n
-	shift 2
-	(
-		cd "$wd"
-		# shellcheck disable=SC2016 # $$ and $@ are for the inner shell
-		exec setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$dir/pids/$name.pid" \
-			env NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_addr" TMPDIR="$dir/tmp" "$@" \
-			>"$dir/logs/$name.log" 2>&1 </dev/null
-	) &
-	started+=("$name")
-	for ((n = 0; n < 50; n++)); do
-		[ -s "$dir/pids/$name.pid" ] && return 0
-		sleep 0.1
-	done
-	die "$name did not start"
+	started+=("$1")
+	gpujob_dev_start "$dir" "$nomad_addr" "$consul_addr" "$@"
 }
 
 t0=$SECONDS

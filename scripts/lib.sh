@@ -22,7 +22,7 @@ gpujob_consul_bin() {
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# --- local dev cluster (scripts/dev-up.sh, scripts/dev-down.sh) ---
+# --- local dev cluster (scripts/dev-up.sh, dev-down.sh, dev-client.sh) ---
 
 # gpujob_dev_dir prints the dev cluster's state directory.
 gpujob_dev_dir() {
@@ -55,4 +55,38 @@ gpujob_proc_alive() {
 	# itself contain spaces or parentheses.
 	stat=${stat##*) }
 	[ "${stat%% *}" != Z ]
+}
+
+# gpujob_dev_start DIR NOMAD_ADDR CONSUL_ADDR NAME WD CMD... runs CMD in WD in
+# its own session (it outlives the calling script and the terminal), with
+# NOMAD_ADDR, CONSUL_HTTP_ADDR and TMPDIR set, output appended to
+# DIR/logs/NAME.log, PID in DIR/pids/NAME.pid; it returns once the PID file is
+# written. dev-up starts every agent with it, dev-client restarts clients
+# with it, so a restarted client runs exactly as dev-up ran it.
+# The inner bash records its own PID and then execs CMD, so the PID file
+# names the agent itself whether or not setsid had to fork. Working in the
+# state dir keeps the checkout free to go, and lets dev-down find a client's
+# helpers (logmon names no path) by their inherited cwd. TMPDIR in the state
+# dir: go-plugin puts its sockets there, and those of killed executors and
+# logmons would otherwise pile up in /tmp. Appending, not truncating: dev-up
+# always starts from an empty logs/, and a restarted client keeps the log of
+# the run before.
+gpujob_dev_start() {
+	local dir=$1 nomad_addr=$2 consul_addr=$3 name=$4 wd=$5 n
+	shift 5
+	# A PID file left by an agent that died would otherwise pass the wait
+	# below at once.
+	rm -f "$dir/pids/$name.pid"
+	(
+		cd "$wd" || exit 1
+		# shellcheck disable=SC2016 # $$ and $@ are for the inner shell
+		exec setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$dir/pids/$name.pid" \
+			env NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_addr" TMPDIR="$dir/tmp" "$@" \
+			>>"$dir/logs/$name.log" 2>&1 </dev/null
+	) &
+	for ((n = 0; n < 50; n++)); do
+		[ -s "$dir/pids/$name.pid" ] && return 0
+		sleep 0.1
+	done
+	die "$name did not start"
 }

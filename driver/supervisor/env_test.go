@@ -29,9 +29,9 @@ func TestWorkerEnv(t *testing.T) {
 		"GPUJOB_RANK": "5", "GPUJOB_LOCAL_RANK": "1", "GPUJOB_NODE_RANK": "1", "GPUJOB_NNODES": "3",
 		"GPUJOB_GENERATION": "3", "GPUJOB_RESTART_COUNT": "2", "GPUJOB_CHECKPOINT_DIR": "/ckpt/default/bert",
 		"GPUJOB_MASTER_ADDR": "10.0.0.5", "GPUJOB_MASTER_PORT": "29400",
-		"OMP_NUM_THREADS": "1",
+		"OMP_NUM_THREADS":      "1",
 		"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", // from the device reservation, untouched
-		"PATH": "/usr/bin", "EXTRA": "1",
+		"PATH":                 "/usr/bin", "EXTRA": "1",
 		"NCCL_DEBUG": "WARN", // the task config's env wins over the task's environment
 	}
 	for k, v := range want {

@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+)
+
+// trainArgs are the workload's defaults (640 steps: 10-20 s a run here), at
+// which the 1- and 4-worker models are measured to agree, plus denser logs.
+var trainArgs = []string{"--log-every", "8"}
+
+// trainJob parses jobspecs/bert-finetune.nomad.hcl with the agent's own HCL2
+// parser and the given variables, under the job ID id.
+func (c *cluster) trainJob(t *testing.T, id string, workers, gpus int, extra []string, vars ...string) *api.Job {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(c.repo, "jobspecs", "bert-finetune.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, _ := json.Marshal(append(append([]string{}, trainArgs...), extra...))
+	v := fmt.Sprintf("workers = %d\ngpus_per_worker = %d\nworkload = %q\nargs = %s\n%s\n",
+		workers, gpus, filepath.Join(c.repo, "jobspecs", "workloads", "bert_finetune.py"), args, strings.Join(vars, "\n"))
+	job, err := c.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: v, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("parsing the training jobspec: %v", err)
+	}
+	job.ID, job.Name = &id, &id
+	t.Cleanup(func() { os.RemoveAll(c.checkpointDir(id)) })
+	return job
+}
+
+func (c *cluster) checkpointDir(job string) string {
+	return filepath.Join(c.dir, "checkpoints", "default", job)
+}
+
+// result is the workload's final line.
+type result struct {
+	Accuracy        float64 `json:"accuracy"`
+	F1              float64 `json:"f1"`
+	WallSeconds     float64 `json:"wall_seconds"`
+	Steps           int     `json:"steps"`
+	WorldSize       int     `json:"world_size"`
+	ResumedFromStep int     `json:"resumed_from_step"`
+	RestartCount    int     `json:"restart_count"`
+	SamplesPerSec   float64 `json:"samples_per_sec"`
+}
+
+// runTraining registers job, waits for every allocation to complete, and
+// returns the result line and every member's stdout.
+func (c *cluster) runTraining(t *testing.T, job *api.Job, timeout time.Duration) (result, []string, []*api.AllocationListStub) {
+	t.Helper()
+	c.register(t, job)
+	allocs := c.waitAllocs(t, ctx(t, timeout), *job.ID, "training to end",
+		func(as []*api.AllocationListStub) bool {
+			return len(as) == *job.TaskGroups[0].Count && allIn(api.AllocClientStatusComplete, api.AllocClientStatusFailed)(as)
+		})
+	var logs []string
+	var res result
+	found := false
+	for _, a := range allocs {
+		out := c.taskLog(t, a.ID, "train", "stdout")
+		if a.ClientStatus != api.AllocClientStatusComplete {
+			t.Fatalf("allocation %s ended %s; stderr:\n%s", a.Name, a.ClientStatus, c.taskLog(t, a.ID, "train", "stderr"))
+		}
+		logs = append(logs, out)
+		if i := strings.Index(out, "gpujob-result: "); i >= 0 {
+			line := strings.SplitN(out[i+len("gpujob-result: "):], "\n", 2)[0]
+			if err := json.Unmarshal([]byte(line), &res); err != nil {
+				t.Fatalf("result line %q: %v", line, err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no member printed a result line")
+	}
+	return res, logs, allocs
+}
+
+var lossLine = regexp.MustCompile(`gpujob: step=(\d+) .*?rank=(\d+) loss=([0-9.]+)`)
+
+// lossSpread is the largest difference between two ranks' losses at one step.
+func lossSpread(logs []string) (spread float64, steps, ranks int) {
+	byStep := map[int]map[int]float64{}
+	rankSet := map[int]bool{}
+	for _, l := range logs {
+		for _, m := range lossLine.FindAllStringSubmatch(l, -1) {
+			step, _ := strconv.Atoi(m[1])
+			rank, _ := strconv.Atoi(m[2])
+			loss, _ := strconv.ParseFloat(m[3], 64)
+			if byStep[step] == nil {
+				byStep[step] = map[int]float64{}
+			}
+			byStep[step][rank] = loss
+			rankSet[rank] = true
+		}
+	}
+	for _, losses := range byStep {
+		lo, hi := 1e9, -1e9
+		for _, v := range losses {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		spread = max(spread, hi-lo)
+	}
+	return spread, len(byStep), len(rankSet)
+}
+
+func TestTrainingScalesAcrossWorkersWithTheSameModel(t *testing.T) {
+	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	results := map[int]result{}
+	for _, workers := range []int{1, 2, 4} {
+		job := c.trainJob(t, fmt.Sprintf("e2e-train-%d", workers), workers, 1, nil)
+		res, logs, _ := c.runTraining(t, job, 5*time.Minute)
+		results[workers] = res
+		if res.WorldSize != workers || res.RestartCount != 0 {
+			t.Errorf("%d workers: result %+v", workers, res)
+		}
+		spread, steps, ranks := lossSpread(logs)
+		if ranks != workers || steps < 3 {
+			t.Errorf("%d workers: loss lines from %d ranks over %d steps", workers, ranks, steps)
+		}
+		if spread > 0.05 {
+			t.Errorf("%d workers: per-step loss differs across ranks by %.4f (> 0.05)", workers, spread)
+		}
+		t.Logf("%d workers: accuracy %.4f F1 %.4f, %.1fs wall, loss spread %.4f over %d steps",
+			workers, res.Accuracy, res.F1, res.WallSeconds, spread, steps)
+	}
+	for _, w := range []int{2, 4} {
+		if d := results[w].Accuracy - results[1].Accuracy; d > 0.005 || d < -0.005 {
+			t.Errorf("%d-worker accuracy %.4f is %.2f points from the 1-worker %.4f (bar: 0.5)",
+				w, results[w].Accuracy, d*100, results[1].Accuracy)
+		}
+	}
+}
+
+// rankPID finds the process of a rank of a run by its environment.
+func rankPID(run string, rank int) int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		env := "\x00" + string(b)
+		if strings.Contains(env, "\x00TORCHELASTIC_RUN_ID="+run+"\x00") && strings.Contains(env, fmt.Sprintf("\x00RANK=%d\x00", rank)) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			return pid
+		}
+	}
+	return 0
+}
+
+// waitCheckpoint waits for the run's first checkpoint file.
+func (c *cluster) waitCheckpoint(job string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if m, _ := filepath.Glob(filepath.Join(c.checkpointDir(job), "ckpt-*.pt")); len(m) > 0 {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("no checkpoint in %s after %s", c.checkpointDir(job), timeout)
+}
+
+// midTraining runs act once the job has written a checkpoint, beside the
+// test goroutine that waits for the job; it reports act's error.
+func (c *cluster) midTraining(job string, act func() error) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		if err := c.waitCheckpoint(job, 2*time.Minute); err != nil {
+			ch <- err
+			return
+		}
+		ch <- act()
+	}()
+	return ch
+}
+
+func TestKilledRankRestartsTheGroupFromItsCheckpoint(t *testing.T) {
+	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	job := c.trainJob(t, "e2e-kill", 2, 1, []string{"--steps", "300", "--sleep-per-step", "0.05"})
+	killed := c.midTraining("e2e-kill", func() error {
+		pid := rankPID("default/e2e-kill", 1)
+		if pid == 0 {
+			return fmt.Errorf("rank 1's process not found")
+		}
+		return syscall.Kill(pid, syscall.SIGKILL)
+	})
+	res, _, allocs := c.runTraining(t, job, 5*time.Minute)
+	if err := <-killed; err != nil {
+		t.Fatalf("killing rank 1: %v", err)
+	}
+	if res.RestartCount != 1 || res.ResumedFromStep == 0 {
+		t.Errorf("after kill -9 of rank 1: restart_count %d, resumed from step %d; want 1 and a checkpoint's step",
+			res.RestartCount, res.ResumedFromStep)
+	}
+	events := c.taskEvents(t, allocs)
+	if !strings.Contains(events, "rank 1 exited 137: restarting group, 2 of 3 restarts left") {
+		t.Errorf("no task event tells of the restart:\n%s", events)
+	}
+}
+
+// taskEvents joins the messages of every allocation's train task events.
+func (c *cluster) taskEvents(t *testing.T, allocs []*api.AllocationListStub) string {
+	var out []string
+	for _, a := range allocs {
+		alloc, _, err := c.nomad.Allocations().Info(a.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range alloc.TaskStates["train"].Events {
+			out = append(out, fmt.Sprintf("%s %s: %s", a.Name, e.Type, e.DisplayMessage))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestClientRestartDoesNotRestartTraining(t *testing.T) {
+	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	const run = "default/e2e-client-restart"
+	job := c.trainJob(t, "e2e-client-restart", 2, 1, []string{"--steps", "300", "--sleep-per-step", "0.05"})
+	restarted := c.midTraining("e2e-client-restart", func() error {
+		before := []int{rankPID(run, 0), rankPID(run, 1)}
+		cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-client.sh"), "restart", "1")
+		cmd.Env = append(os.Environ(), "GPUJOB_DEV_DIR="+c.dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("restarting the Nomad client: %v\n%s", err, out)
+		}
+		after := []int{rankPID(run, 0), rankPID(run, 1)}
+		if before[0] == 0 || before[0] != after[0] || before[1] != after[1] {
+			return fmt.Errorf("rank processes before the client restart %v, after %v: want the same, running", before, after)
+		}
+		return nil
+	})
+	res, _, allocs := c.runTraining(t, job, 5*time.Minute)
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if res.RestartCount != 0 {
+		t.Errorf("training restarted %d time(s) across a client restart", res.RestartCount)
+	}
+	if ev := c.taskEvents(t, allocs); strings.Contains(ev, "Restarting") || strings.Contains(ev, "restarting group") {
+		t.Errorf("task restarted across a client restart:\n%s", ev)
+	}
+}
+
+func TestUnplaceableMemberTimesOutCleanly(t *testing.T) {
+	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	// Two members of 3 GPUs each on a node of 4: only one can be placed.
+	job := c.trainJob(t, "e2e-unplaced", 2, 3, nil, `join_timeout = "8s"`)
+	c.register(t, job)
+	allocs := c.waitAllocs(t, ctx(t, 2*time.Minute), *job.ID, "the placed member to fail",
+		allIn(api.AllocClientStatusFailed, api.AllocClientStatusComplete))
+	if len(allocs) != 1 || allocs[0].ClientStatus != api.AllocClientStatusFailed {
+		t.Fatalf("allocations: %s; want one failed", describeAllocs(allocs))
+	}
+	placed := allocs[0]
+	events := c.taskEvents(t, allocs)
+	missing := "e2e-unplaced.train[1]"
+	if placed.Name == missing {
+		missing = "e2e-unplaced.train[0]"
+	}
+	if !strings.Contains(events, "never joined: "+missing) {
+		t.Errorf("the failure does not name the member that was never placed (%s):\n%s", missing, events)
+	}
+
+	// Nothing left behind: no rendezvous keys or sessions, no processes.
+	cc, err := consul.NewClient(&consul.Config{Address: c.env["CONSUL_HTTP_ADDR"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, err := cc.KV().Keys("gpujob/rendezvous/default/e2e-unplaced", "", nil); err != nil || len(keys) != 0 {
+		t.Errorf("rendezvous keys left: %v (%v)", keys, err)
+	}
+	if sessions, _, err := cc.Session().List(nil); err != nil || len(sessions) != 0 {
+		t.Errorf("Consul sessions left: %d (%v)", len(sessions), err)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), placed.ID) {
+			t.Errorf("process %s still runs for the failed allocation: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+}
