@@ -98,10 +98,10 @@ func CheckConsul(ctx context.Context, s ConsulSpec) error {
 	q := (&consul.QueryOptions{}).WithContext(ctx)
 	var leader string
 	if _, err := client.Raw().Query("/v1/status/leader", &leader, q); err != nil {
-		return fmt.Errorf("Consul at %s is unreachable: %w", s.Address, err)
+		return fmt.Errorf("consul at %s is unreachable: %w", s.Address, err)
 	}
 	if leader == "" {
-		return fmt.Errorf("Consul at %s has no leader", s.Address)
+		return fmt.Errorf("consul at %s has no leader", s.Address)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ package testagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -102,19 +103,16 @@ limits {
 	return c, nil
 }
 
-// waitLeader asks for the leader until there is one. The agent is not
-// serving yet, so there is nothing to block on: a short retry is the only way.
+// waitLeader waits until the agent has a leader and can create a session
+// (which needs its own node and serfHealth check registered, a moment after
+// the election). The agent is not serving yet, so there is nothing to block
+// on: a short retry is the only way.
 func (c *Consul) waitLeader(limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/v1/status/leader", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if strings.Trim(strings.TrimSpace(string(b)), `"`) != "" {
-				return nil
-			}
+		if c.sessionWorks(ctx) {
+			return nil
 		}
 		select {
 		case <-c.done:
@@ -124,6 +122,27 @@ func (c *Consul) waitLeader(limit time.Duration) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// sessionWorks creates and destroys a probe session.
+func (c *Consul) sessionWorks(ctx context.Context) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+c.Addr+"/v1/session/create",
+		strings.NewReader(`{"TTL":"10s","Behavior":"delete"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var created struct{ ID string }
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&created) != nil || created.ID == "" {
+		return false
+	}
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPut, "http://"+c.Addr+"/v1/session/destroy/"+created.ID, nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return true
 }
 
 func (c *Consul) logTail() string {
