@@ -59,8 +59,11 @@ func harness(t testingT, cfg Config) *dtestutil.DriverHarness {
 		t.Fatal(err)
 	}
 	d := New(testlog.HCLogger(t), self)
+	// No h.Kill on cleanup: it stops the in-memory gRPC server while
+	// go-plugin's own shutdown handler does the same, a data race inside
+	// go-plugin v1.4.10 that -race reports. The server dies with the test
+	// binary; every task is destroyed by its test.
 	h := dtestutil.NewDriverHarness(t, d)
-	t.Cleanup(h.Kill)
 	if cfg.Consul == nil {
 		cfg.Consul = &ConsulConfig{Address: testConsul.Addr}
 	}
@@ -331,4 +334,90 @@ func TestJoinTimeoutNamesTheMissingMember(t *testing.T) {
 		t.Errorf("stderr does not name the missing member lonely.g[1]:\n%s", msg)
 	}
 	consulEmpty(t, "default/lonely")
+}
+
+func TestRunningTaskStatsSignalAndExec(t *testing.T) {
+	h := harness(t, Config{})
+	out := t.TempDir()
+	// Each local rank records the signals it gets.
+	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2,
+		Args: []string{"-c", `trap 'echo usr1 >> "$OUT/sig.$RANK"' USR1; touch "$OUT/up.$RANK"; while :; do sleep 0.1; done`},
+		Env:  []map[string]string{{"OUT": out}}}
+	cfg := member(t, h, "running", 0, ports(t, 1)[0], tc)
+	if _, _, err := h.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.DestroyTask(cfg.ID, true) })
+	if err := h.WaitUntilStarted(cfg.ID, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The ranks start after the (single-member) rendezvous: wait for them
+	// (a signal that arrives before the supervisor's Go runtime has set up
+	// its handlers would end it, as for any program).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err0 := os.Stat(filepath.Join(out, "up.0"))
+		_, err1 := os.Stat(filepath.Join(out, "up.1"))
+		if err0 == nil && err1 == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks did not start; stderr:\n%s", stderr(t, cfg))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		if err := h.SignalTask(cfg.ID, "SIGUSR1"); err != nil {
+			st, _ := h.InspectTask(cfg.ID)
+			ex, _ := os.ReadFile(filepath.Join(cfg.TaskDir().Dir, "executor.out"))
+			t.Fatalf("signal: %v; status %+v %+v; stderr:\n%s\nexecutor:\n%s", err, st, st.ExitResult, stderr(t, cfg), ex[max(0, len(ex)-3000):])
+		}
+		a, _ := os.ReadFile(filepath.Join(out, "sig.0"))
+		b, _ := os.ReadFile(filepath.Join(out, "sig.1"))
+		if len(a) > 0 && len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("SIGUSR1 to the task never reached both ranks")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	res, err := h.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "echo exec-ok"}, 10*time.Second)
+	if err != nil || !res.ExitResult.Successful() || !strings.Contains(string(res.Stdout), "exec-ok") {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+
+	var ctx context.Context
+	var cancel context.CancelFunc
+	var stats <-chan *drivers.TaskResourceUsage
+	// The executor rescans the process tree every few seconds: wait until
+	// the sample covers the supervisor and both ranks.
+	ctx, cancel = context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	stats, err = h.TaskStats(ctx, cfg.ID, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := 0
+	for pids < 3 {
+		select {
+		case u := <-stats:
+			if u == nil || u.ResourceUsage == nil || u.ResourceUsage.MemoryStats == nil || u.ResourceUsage.MemoryStats.RSS == 0 {
+				t.Fatalf("task stats without memory usage: %+v", u)
+			}
+			pids = len(u.Pids)
+		case <-ctx.Done():
+			t.Fatalf("task stats cover %d processes, want the supervisor and every rank", pids)
+		}
+	}
+
+	if err := h.StopTask(cfg.ID, 5*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	status, err := h.InspectTask(cfg.ID)
+	if err != nil || status.State != drivers.TaskStateExited {
+		t.Fatalf("after stop: %v %+v", err, status)
+	}
+	consulEmpty(t, "default/running")
 }

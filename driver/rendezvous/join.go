@@ -395,6 +395,16 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 	return nil
 }
 
+// Stop is Close for a member that was stopped on purpose (its job is being
+// stopped): if it is the last member out, the run is over and its state is
+// deleted, where Close would keep it for replacements of dead members.
+func (r *Rendezvous) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	return r.Close(ctx)
+}
+
 func (r *Rendezvous) cleanup(ctx context.Context) error {
 	live, _, err := r.kv.Keys(r.key(livePrefix), "", (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
@@ -407,7 +417,9 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	over := rec == nil || rec.terminal()
+	r.mu.Lock()
+	over := r.stopping || rec == nil || rec.terminal()
+	r.mu.Unlock()
 	if !over && rec.Status == statusComplete {
 		pairs, _, err := r.kv.List(r.key(donePrefix), (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {

@@ -96,6 +96,7 @@ type Rendezvous struct {
 	leading      bool
 	opened       bool
 	closed       bool
+	stopping     bool // Stop: the run ends with this member if it is the last
 
 	tr        []time.Time
 	cancel    context.CancelFunc

@@ -24,6 +24,12 @@ func Main(specPath string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Other signals (nomad alloc signal) go to the workers. Caught from the
+	// start: their default action would end the supervisor, and with it the
+	// group's round.
+	forward := make(chan os.Signal, 4)
+	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT)
+	defer signal.Stop(forward)
 
 	if spec.CheckpointDir != "" {
 		if err := os.MkdirAll(spec.CheckpointDir, 0o755); err != nil {
@@ -61,10 +67,17 @@ func Main(specPath string) int {
 		fmt.Fprintf(os.Stderr, "gpujob: joining the group through Consul at %s: %v\n", spec.Consul.Address, err)
 		return 1
 	}
+	code := 1
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := rdv.Close(closeCtx); err != nil {
+		leave := rdv.Close
+		if code == ExitStopped {
+			// Nomad stopped this task on purpose: if the whole job is
+			// stopping, the last member out deletes the run's state.
+			leave = rdv.Stop
+		}
+		if err := leave(closeCtx); err != nil {
 			fmt.Fprintf(os.Stderr, "gpujob: leaving the group: %v\n", err)
 		}
 	}()
@@ -74,16 +87,13 @@ func Main(specPath string) int {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
 	}
-	// Other signals (nomad alloc signal) go to the workers.
-	forward := make(chan os.Signal, 4)
-	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT)
-	defer signal.Stop(forward)
 	go func() {
 		for sig := range forward {
 			sup.Signal(sig.(syscall.Signal))
 		}
 	}()
-	return sup.Run(ctx)
+	code = sup.Run(ctx)
+	return code
 }
 
 // CheckConsul asks Consul for its leader: the driver's health check that the
