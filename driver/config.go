@@ -40,6 +40,7 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	})),
 	"max_restarts": hclspec.NewDefault(hclspec.NewAttr("max_restarts", "number", false), hclspec.NewLiteral("3")),
 	"log_prefix":   hclspec.NewAttr("log_prefix", "bool", false),
+	"workdir":      hclspec.NewAttr("workdir", "string", false),
 	// A map in a task config reaches the driver as a list of maps (Nomad's
 	// JSON job form), as for docker's labels and sysctl.
 	"env": hclspec.NewAttr("env", "list(map(string))", false),
@@ -72,6 +73,7 @@ type TaskConfig struct {
 	Rendezvous   *RendezvousConfig   `codec:"rendezvous"`
 	MaxRestarts  int                 `codec:"max_restarts"`
 	LogPrefix    *bool               `codec:"log_prefix"`
+	Workdir      string              `codec:"workdir"`
 	Env          []map[string]string `codec:"env"`
 }
 

@@ -51,6 +51,9 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	if err != nil {
 		return nil, err
 	}
+	if tc.Workdir != "" && !filepath.IsAbs(tc.Workdir) {
+		return nil, fmt.Errorf("workdir: %q must be an absolute path on the client", tc.Workdir)
+	}
 	if tc.MaxRestarts < 0 {
 		return nil, fmt.Errorf("max_restarts: must be 0 or more, got %d", tc.MaxRestarts)
 	}
@@ -97,6 +100,7 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		Command:       tc.Command,
 		Args:          tc.Args,
 		Env:           tc.envMap(),
+		Workdir:       tc.Workdir,
 		NProcPerNode:  nproc,
 		LogPrefix:     logPrefix,
 		RunID:         namespace + "/" + jobID,
@@ -108,7 +112,7 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		JoinTimeout:   supervisor.Duration(join),
 		LastCall:      supervisor.Duration(lastCall),
 		MaxRestarts:   tc.MaxRestarts,
-		CheckpointDir: filepath.Join(pc.CheckpointRoot, namespace, jobID),
+		CheckpointDir: checkpointDir(pc.CheckpointRoot, namespace, jobID, cfg.Env["NOMAD_META_gpujob_run"]),
 		StopGrace:     supervisor.Duration(defaultStopGrace),
 		Consul:        consul,
 		EventsFile:    filepath.Join(private, eventsFileName),
@@ -202,4 +206,15 @@ func consulSpec(pc *Config, getenv func(string) string) (supervisor.ConsulSpec, 
 		c.Scheme = "https"
 	}
 	return c, nil
+}
+
+// checkpointDir is <root>/<namespace>/<job>, the same for every restart of a
+// run. `gpujob submit` stamps each submission with the job meta gpujob_run,
+// which adds a level, so a resubmitted job starts fresh instead of resuming
+// its predecessor's final checkpoint.
+func checkpointDir(root, namespace, job, run string) string {
+	if run == "" || strings.ContainsAny(run, "/\\") || run == "." || run == ".." {
+		return filepath.Join(root, namespace, job)
+	}
+	return filepath.Join(root, namespace, job, run)
 }

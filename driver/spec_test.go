@@ -78,6 +78,7 @@ func TestBuildSpecErrorsNameTheField(t *testing.T) {
 		{"bad last call", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{LastCall: "-1s"}}, "rendezvous.last_call"},
 		{"negative restarts", TaskConfig{Command: "x", MaxRestarts: -1}, "max_restarts"},
 		{"negative nproc", TaskConfig{Command: "x", NProcPerNode: -2}, "nproc_per_node"},
+		{"relative workdir", TaskConfig{Command: "x", Workdir: "code"}, "workdir"},
 		{"multi-node without a port", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2"}}, "rendezvous.port: required"},
 		{"unknown port label", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "nope"}}, `no port labelled "nope"`},
 	}
@@ -88,6 +89,23 @@ func TestBuildSpecErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %v, want one naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestCheckpointDirPerSubmission(t *testing.T) {
+	cfg := taskCfg()
+	cfg.Env["NOMAD_META_gpujob_run"] = "1764490000"
+	s, err := buildSpec(cfg, &TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv"}}, pluginCfg(t), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CheckpointDir != "/shared/ckpt/ml/bert/1764490000" {
+		t.Errorf("checkpoint dir %q, want one per submission", s.CheckpointDir)
+	}
+	cfg.Env["NOMAD_META_gpujob_run"] = "../../etc"
+	s, _ = buildSpec(cfg, &TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv"}}, pluginCfg(t), noEnv)
+	if s.CheckpointDir != "/shared/ckpt/ml/bert" {
+		t.Errorf("a run stamp with a path in it was used: %q", s.CheckpointDir)
 	}
 }
 

@@ -20,6 +20,8 @@ type Spec struct {
 	Command string            `json:"command"`
 	Args    []string          `json:"args"`
 	Env     map[string]string `json:"env"` // on top of the task's environment
+	// Workdir is where the ranks run; empty means the task directory.
+	Workdir string `json:"workdir,omitempty"`
 	// NProcPerNode is the number of local worker processes.
 	NProcPerNode int  `json:"nproc_per_node"`
 	LogPrefix    bool `json:"log_prefix"`

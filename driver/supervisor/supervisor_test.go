@@ -121,6 +121,25 @@ func TestSupervisorSucceeds(t *testing.T) {
 	}
 }
 
+func TestSupervisorRunsRanksInWorkdir(t *testing.T) {
+	coord := newFakeCoord(1, nil)
+	dir := t.TempDir()
+	spec := &Spec{Command: "/bin/sh", Args: []string{"-c", `pwd > "$OUT/pwd.$RANK"`}, NProcPerNode: 1,
+		Workdir: dir, Env: map[string]string{"OUT": dir},
+		RunID: "default/job", Self: Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:1"}, Min: 1, Max: 1}
+	sup, err := New(spec, coord, nil, &safeBuffer{}, &safeBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := sup.Run(context.Background()); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "pwd.0"))
+	if strings.TrimSpace(string(b)) != dir {
+		t.Fatalf("rank ran in %q, want %q", strings.TrimSpace(string(b)), dir)
+	}
+}
+
 func TestSupervisorLocalFailureRestartsTheGroup(t *testing.T) {
 	coord := newFakeCoord(2, nil)
 	// Rank 1 fails in the first round only; the restart count tells rounds apart.

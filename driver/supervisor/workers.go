@@ -36,7 +36,10 @@ func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer)
 	for local := 0; local < s.NProcPerNode; local++ {
 		cmd := exec.Command(s.Command, s.Args...)
 		cmd.Env = WorkerEnv(base, s, p, local)
-		cmd.Dir, _ = os.Getwd()
+		cmd.Dir = s.Workdir
+		if cmd.Dir == "" {
+			cmd.Dir, _ = os.Getwd()
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if s.LogPrefix {
 			prefix := fmt.Sprintf("[rank %d] ", p.RankOffset+local)

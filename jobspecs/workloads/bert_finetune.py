@@ -91,7 +91,9 @@ def parse_args(argv):
     ap.add_argument("--lr", type=nonneg_float, default=2e-3)
     ap.add_argument("--warmup", type=nonneg_float, default=0.1, help="warm-up fraction of the steps")
     ap.add_argument("--seed", type=nonneg_int, default=1234)
-    ap.add_argument("--checkpoint-every", type=nonneg_int, default=20, help="steps; 0 disables")
+    ap.add_argument("--checkpoint-every", type=nonneg_int,
+                    default=nonneg_int(os.environ.get("GPUJOB_CHECKPOINT_EVERY", "20")),
+                    help="steps; 0 disables (default: $GPUJOB_CHECKPOINT_EVERY, else 20)")
     ap.add_argument("--checkpoint-dir", default=os.environ.get("GPUJOB_CHECKPOINT_DIR", ""),
                     help="default $GPUJOB_CHECKPOINT_DIR; empty disables checkpoints")
     ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")

@@ -1,0 +1,39 @@
+// Package nomadapi is the slice of the Nomad HTTP API the gpujob CLI uses,
+// behind an interface so every command is unit-tested against a fake.
+package nomadapi
+
+import (
+	"github.com/hashicorp/nomad/api"
+)
+
+// API is what the commands need of Nomad. Blocking queries go through the
+// QueryOptions (WaitIndex/WaitTime); nothing here polls on a timer.
+type API interface {
+	// Address is the agent's address, for error messages and hints.
+	Address() string
+
+	// ParseHCL parses a jobspec with the agent's own HCL2 parser; vars is
+	// the content of a variables file.
+	ParseHCL(jobHCL, vars string) (*api.Job, error)
+	Validate(job *api.Job) (*api.JobValidateResponse, error)
+	Plan(job *api.Job) (*api.JobPlanResponse, error)
+	Register(job *api.Job) (*api.JobRegisterResponse, error)
+	Deregister(jobID string, purge bool) (string, error)
+
+	Job(jobID string) (*api.Job, error)
+	Jobs(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error)
+	JobSummary(jobID string) (*api.JobSummary, error)
+	JobAllocations(jobID string, q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
+	Evaluation(evalID string, q *api.QueryOptions) (*api.Evaluation, *api.QueryMeta, error)
+
+	Allocation(allocID string) (*api.Allocation, error)
+	// Logs streams a task's log; follow keeps it open. Frames and errors
+	// arrive on the channels until cancel is closed or the log ends.
+	Logs(alloc *api.Allocation, task, stream string, follow bool, cancel <-chan struct{}) (<-chan *api.StreamFrame, <-chan error)
+
+	Nodes(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, error)
+	Node(nodeID string) (*api.Node, error)
+	NodeAllocations(nodeID string) ([]*api.Allocation, error)
+	// NodeStats is the client's host stats, GPU device stats included.
+	NodeStats(nodeID string) (*api.HostStats, error)
+}
