@@ -14,8 +14,8 @@ import (
 type Node struct {
 	Name  string
 	Pool  string
-	GPUs  int // healthy nvidia/gpu devices
-	Free  int // healthy and held by no running allocation
+	GPUs  int            // healthy nvidia/gpu devices
+	Free  int            // healthy and held by no running allocation
 	Holds map[string]int // job ID → GPUs it holds on this node
 }
 

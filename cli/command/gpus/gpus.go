@@ -1,0 +1,438 @@
+// Package gpus is `gpujob gpus`: every GPU of the cluster with its health,
+// utilisation, memory, temperature, power and the allocation holding it.
+package gpus
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/nomadapi"
+)
+
+// Stat names of the gpujob device plugin (those of nomad-device-nvidia).
+const (
+	StatGPUUtil     = "GPU utilization"
+	StatMemory      = "Memory state"
+	StatTemperature = "Temperature"
+	StatPower       = "Power usage"
+)
+
+// Device attributes read from the fingerprint.
+const (
+	AttrMemory = "memory"
+	AttrFake   = "fake"
+)
+
+// Report is what `gpujob gpus --json` prints.
+type Report struct {
+	GPUs   []GPU   `json:"gpus"`
+	Totals []Total `json:"totals"`
+	// Warnings are what could not be read (a node's stats), not fatal.
+	Warnings []string `json:"warnings"`
+}
+
+// GPU is one device instance of a node.
+type GPU struct {
+	Node       string `json:"node"`
+	NodeID     string `json:"node_id"`
+	NodeStatus string `json:"node_status"` // ready, down, …
+	ID         string `json:"id"`          // the UUID (GPU-… or MIG-…)
+	Vendor     string `json:"vendor"`
+	Model      string `json:"model"`
+	MemoryMiB  *int64 `json:"memory_mib"` // the device group's memory attribute
+	Fake       bool   `json:"fake"`       // a fake GPU of the gpujob device plugin
+	Healthy    bool   `json:"healthy"`
+	// HealthDescription is why the device is unhealthy (it may be set
+	// when healthy too).
+	HealthDescription string `json:"health_description,omitempty"`
+	// The stats are null when the device could not give them ("N/A") or
+	// the node's stats could not be read.
+	UtilizationPct *float64 `json:"utilization_pct"`
+	MemoryUsedMiB  *float64 `json:"memory_used_mib"`
+	MemoryTotalMiB *float64 `json:"memory_total_mib"`
+	TemperatureC   *float64 `json:"temperature_c"`
+	PowerW         *float64 `json:"power_w"`
+	PowerLimitW    *float64 `json:"power_limit_w"`
+	// Holder is the non-terminal allocation the device is reserved to, or
+	// null.
+	Holder *Holder `json:"holder"`
+
+	stats map[string]*api.StatValue // for the table: N/A versus unknown
+}
+
+// Holder is an allocation holding a GPU.
+type Holder struct {
+	AllocID   string `json:"alloc_id"`
+	AllocName string `json:"alloc_name"`
+	JobID     string `json:"job_id"`
+	Namespace string `json:"namespace"`
+	Task      string `json:"task"`
+}
+
+// Total sums a model's GPUs across the cluster.
+type Total struct {
+	Model   string `json:"model"`
+	Count   int    `json:"count"`
+	Healthy int    `json:"healthy"`
+	InUse   int    `json:"in_use"`
+	Fake    int    `json:"fake"`
+}
+
+type options struct {
+	json bool
+}
+
+// NewCmd returns the gpus command.
+func NewCmd(f *factory.Factory) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "gpus",
+		Short: "List the cluster's GPUs, their health and use, and who holds them",
+		Long: `Gpus lists every GPU the Nomad clients fingerprinted, one row per device: the
+node, the model, its memory, its health (and why it is unhealthy), utilisation,
+memory used, temperature and power from the device plugin's stats, and the
+allocation holding it. Then the totals per model: how many, how many healthy,
+how many in use. Fake GPUs (the device plugin's fake backend) are marked.
+A value the device cannot give reads N/A; "-" means unknown (no stats from
+that node).`,
+		Example: `  gpujob gpus
+  gpujob gpus --json | jq '.gpus[] | select(.holder == null and .healthy) | .id'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nomad, err := f.Nomad()
+			if err != nil {
+				return err
+			}
+			r, err := Collect(nomad)
+			if err != nil {
+				return err
+			}
+			if o.json {
+				return gpujobs.PrintJSON(f.IO.Out, r)
+			}
+			return printReport(f.IO.Out, f.IO.ErrOut, r)
+		},
+	}
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	return cmd
+}
+
+// Collect reads every node's GPUs, stats and holders.
+func Collect(nomad nomadapi.API) (*Report, error) {
+	stubs, _, err := nomad.Nodes(nil)
+	if err != nil {
+		return nil, err
+	}
+	type nodeResult struct {
+		gpus     []GPU
+		warnings []string
+		err      error
+	}
+	results := make([]nodeResult, len(stubs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, s := range stubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i].gpus, results[i].warnings, results[i].err = node(nomad, s)
+		}()
+	}
+	wg.Wait()
+	r := &Report{GPUs: []GPU{}, Totals: []Total{}, Warnings: []string{}}
+	for _, nr := range results {
+		if nr.err != nil {
+			return nil, nr.err
+		}
+		r.GPUs = append(r.GPUs, nr.gpus...)
+		r.Warnings = append(r.Warnings, nr.warnings...)
+	}
+	sort.SliceStable(r.GPUs, func(i, j int) bool {
+		a, b := r.GPUs[i], r.GPUs[j]
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		if a.Model != b.Model {
+			return a.Model < b.Model
+		}
+		return a.ID < b.ID
+	})
+	totals := map[string]*Total{}
+	for _, g := range r.GPUs {
+		t, ok := totals[g.Model]
+		if !ok {
+			t = &Total{Model: g.Model}
+			totals[g.Model] = t
+		}
+		t.Count++
+		if g.Healthy {
+			t.Healthy++
+		}
+		if g.Holder != nil {
+			t.InUse++
+		}
+		if g.Fake {
+			t.Fake++
+		}
+	}
+	for _, t := range totals {
+		r.Totals = append(r.Totals, *t)
+	}
+	sort.Slice(r.Totals, func(i, j int) bool { return r.Totals[i].Model < r.Totals[j].Model })
+	return r, nil
+}
+
+// node reads one node's GPUs. Its stats are optional (a down node has
+// none): their failure is a warning.
+func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
+	n, err := nomad.Node(s.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n.NodeResources == nil {
+		return nil, nil, nil
+	}
+	var gpus []GPU
+	for _, d := range n.NodeResources.Devices {
+		if d == nil || d.Type != "gpu" {
+			continue
+		}
+		mem := attrInt(d.Attributes[AttrMemory])
+		fake := attrBool(d.Attributes[AttrFake])
+		for _, inst := range d.Instances {
+			if inst == nil {
+				continue
+			}
+			gpus = append(gpus, GPU{
+				Node: n.Name, NodeID: n.ID, NodeStatus: n.Status, ID: inst.ID, Vendor: d.Vendor, Model: d.Name,
+				MemoryMiB: mem, Fake: fake, Healthy: inst.Healthy, HealthDescription: inst.HealthDescription,
+			})
+		}
+	}
+	if len(gpus) == 0 {
+		return nil, nil, nil
+	}
+
+	allocs, err := nomad.NodeAllocations(n.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	holders := map[string]*Holder{}
+	for _, a := range allocs {
+		if a == nil || a.AllocatedResources == nil || gpujobs.Terminal(a.ClientStatus) || a.DesiredStatus == "evict" {
+			continue
+		}
+		for task, tr := range a.AllocatedResources.Tasks {
+			if tr == nil {
+				continue
+			}
+			for _, d := range tr.Devices {
+				if d == nil {
+					continue
+				}
+				for _, id := range d.DeviceIDs {
+					holders[id] = &Holder{AllocID: a.ID, AllocName: a.Name, JobID: a.JobID, Namespace: a.Namespace, Task: task}
+				}
+			}
+		}
+	}
+	for i := range gpus {
+		gpus[i].Holder = holders[gpus[i].ID]
+	}
+
+	var warnings []string
+	if n.Status != "ready" {
+		warnings = append(warnings, fmt.Sprintf("node %s is %s: no GPU stats", n.Name, n.Status))
+		return gpus, warnings, nil
+	}
+	hs, err := nomad.NodeStats(n.ID)
+	if err != nil {
+		warnings = append(warnings, fmt.Sprintf("node %s: %v", n.Name, err))
+		return gpus, warnings, nil
+	}
+	for i := range gpus {
+		g := &gpus[i]
+		ds := deviceStats(hs, g.Vendor, g.Model, g.ID)
+		if ds == nil || ds.Stats == nil {
+			continue
+		}
+		at := ds.Stats.Attributes
+		g.stats = at
+		g.UtilizationPct, _ = statNum(at[StatGPUUtil])
+		g.MemoryUsedMiB, g.MemoryTotalMiB = statNum(at[StatMemory])
+		g.TemperatureC, _ = statNum(at[StatTemperature])
+		g.PowerW, g.PowerLimitW = statNum(at[StatPower])
+	}
+	return gpus, warnings, nil
+}
+
+func deviceStats(hs *api.HostStats, vendor, model, id string) *api.DeviceStats {
+	if hs == nil {
+		return nil
+	}
+	for _, g := range hs.DeviceStats {
+		if g == nil || g.Type != "gpu" || g.Name != model || (g.Vendor != "" && g.Vendor != vendor) {
+			continue
+		}
+		if ds := g.InstanceStats[id]; ds != nil {
+			return ds
+		}
+	}
+	return nil
+}
+
+// statNum is a stat's numerator and denominator; nil for a string ("N/A")
+// or a missing value.
+func statNum(v *api.StatValue) (num, den *float64) {
+	if v == nil {
+		return nil, nil
+	}
+	switch {
+	case v.FloatNumeratorVal != nil:
+		n := *v.FloatNumeratorVal
+		num = &n
+	case v.IntNumeratorVal != nil:
+		n := float64(*v.IntNumeratorVal)
+		num = &n
+	}
+	switch {
+	case v.FloatDenominatorVal != nil:
+		d := *v.FloatDenominatorVal
+		den = &d
+	case v.IntDenominatorVal != nil:
+		d := float64(*v.IntDenominatorVal)
+		den = &d
+	}
+	return num, den
+}
+
+func attrInt(a *api.Attribute) *int64 {
+	switch {
+	case a == nil:
+		return nil
+	case a.IntVal != nil:
+		v := *a.IntVal
+		return &v
+	case a.FloatVal != nil:
+		v := int64(*a.FloatVal)
+		return &v
+	case a.StringVal != nil:
+		if v, err := strconv.ParseInt(*a.StringVal, 10, 64); err == nil {
+			return &v
+		}
+	}
+	return nil
+}
+
+func attrBool(a *api.Attribute) bool {
+	switch {
+	case a == nil:
+		return false
+	case a.BoolVal != nil:
+		return *a.BoolVal
+	case a.StringVal != nil:
+		b, _ := strconv.ParseBool(*a.StringVal)
+		return b
+	}
+	return false
+}
+
+func printReport(w, errw io.Writer, r *Report) error {
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(errw, "warning: %s\n", warn)
+	}
+	if len(r.GPUs) == 0 {
+		fmt.Fprintln(w, "No GPUs: no Nomad client fingerprinted a GPU (is the gpujob device plugin installed and configured?).")
+		return nil
+	}
+	var notes []string
+	t := gpujobs.NewTable(w, "NODE", "MODEL", "GPU", "MEMORY", "HEALTH", "UTIL", "MEM USED", "TEMP", "POWER", "HELD BY")
+	for _, g := range r.GPUs {
+		node := g.Node
+		if g.NodeStatus != "" && g.NodeStatus != "ready" {
+			node += " (" + g.NodeStatus + ")"
+		}
+		model := g.Model
+		if g.Fake {
+			model += " (fake)"
+		}
+		mem := "-"
+		if g.MemoryMiB != nil {
+			mem = fmt.Sprintf("%d MiB", *g.MemoryMiB)
+		}
+		health := "healthy"
+		if !g.Healthy {
+			health = "unhealthy"
+			if g.HealthDescription != "" {
+				// the reason goes below the table, which it would widen
+				notes = append(notes, fmt.Sprintf("[%d] %s %s: %s", len(notes)+1, g.Node, g.ID, g.HealthDescription))
+				health += fmt.Sprintf(" [%d]", len(notes))
+			}
+		}
+		held := "free"
+		if g.Holder != nil {
+			held = fmt.Sprintf("%s (%s)", g.Holder.AllocName, gpujobs.ShortID(g.Holder.AllocID))
+		}
+		t.Row(node, model, gpujobs.ShortUUID(g.ID), mem, health,
+			statText(g.stats, StatGPUUtil, g.UtilizationPct, nil, "%"),
+			statText(g.stats, StatMemory, g.MemoryUsedMiB, g.MemoryTotalMiB, " MiB"),
+			statText(g.stats, StatTemperature, g.TemperatureC, nil, " C"),
+			statText(g.stats, StatPower, g.PowerW, g.PowerLimitW, " W"),
+			held)
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintln(w)
+	tt := gpujobs.NewTable(w, "MODEL", "GPUS", "HEALTHY", "IN USE", "FREE")
+	for _, to := range r.Totals {
+		model := to.Model
+		if to.Fake == to.Count {
+			model += " (fake)"
+		}
+		free := 0
+		for _, g := range r.GPUs {
+			if g.Model == to.Model && g.Healthy && g.Holder == nil {
+				free++
+			}
+		}
+		tt.Row(model, strconv.Itoa(to.Count), strconv.Itoa(to.Healthy), strconv.Itoa(to.InUse), strconv.Itoa(free))
+	}
+	return tt.Flush()
+}
+
+// statText is "87%", "1024/15360 MiB", "N/A" (the device cannot give it) or
+// "-" (no stats).
+func statText(stats map[string]*api.StatValue, name string, num, den *float64, unit string) string {
+	v := stats[name]
+	switch {
+	case v == nil:
+		return "-"
+	case num == nil && v.StringVal != nil:
+		return *v.StringVal
+	case num == nil:
+		return "-"
+	case den != nil:
+		return fmtNum(*num) + "/" + fmtNum(*den) + unit
+	}
+	return fmtNum(*num) + unit
+}
+
+func fmtNum(f float64) string {
+	s := strconv.FormatFloat(f, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0")
+}

@@ -1,0 +1,153 @@
+// Package list is `gpujob list`: the cluster's training jobs.
+package list
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/nomadapi"
+)
+
+// Job is one row of `gpujob list --json` (a JSON array of these).
+type Job struct {
+	Name      string `json:"name"` // the job ID
+	Namespace string `json:"namespace"`
+	// State: pending, running, complete, failed or stopped (as in
+	// gpujob status, from Nomad's status and summary); NomadStatus is
+	// Nomad's (pending, running, dead).
+	State         string    `json:"state"`
+	NomadStatus   string    `json:"nomad_status"`
+	Workers       int       `json:"workers"`         // -1 when the job's meta does not say
+	GPUsPerWorker int       `json:"gpus_per_worker"` // -1 when the job's meta does not say
+	Submitted     time.Time `json:"submitted"`
+	// Counts is Nomad's summary of the job's allocations, every version
+	// (pending = queued + starting).
+	Counts gpujobs.Counts `json:"counts"`
+}
+
+type options struct {
+	json bool
+}
+
+// NewCmd returns the list command.
+func NewCmd(f *factory.Factory) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the training jobs",
+		Long: `List shows the training jobs gpujob submitted (Nomad jobs whose meta has
+gpujob = "train"), newest first: name, state, workers, GPUs per worker, when it
+was submitted, and its allocations by state. Other Nomad jobs are left out.`,
+		Example: `  gpujob list
+  gpujob list --json | jq -r '.[] | select(.state == "running") | .name'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nomad, err := f.Nomad()
+			if err != nil {
+				return err
+			}
+			jobs, err := Collect(nomad)
+			if err != nil {
+				return err
+			}
+			if o.json {
+				return gpujobs.PrintJSON(f.IO.Out, jobs)
+			}
+			if len(jobs) == 0 {
+				fmt.Fprintln(f.IO.Out, "No training jobs.")
+				return nil
+			}
+			now := time.Now
+			if f.Now != nil {
+				now = f.Now
+			}
+			t := gpujobs.NewTable(f.IO.Out, "NAME", "STATE", "WORKERS", "GPUS/WORKER", "SUBMITTED",
+				"PENDING", "RUNNING", "COMPLETE", "FAILED", "LOST")
+			for _, j := range jobs {
+				t.Row(j.Name, j.State, num(j.Workers), num(j.GPUsPerWorker), gpujobs.Ago(now(), j.Submitted),
+					strconv.Itoa(j.Counts.Pending), strconv.Itoa(j.Counts.Running), strconv.Itoa(j.Counts.Complete),
+					strconv.Itoa(j.Counts.Failed), strconv.Itoa(j.Counts.Lost))
+			}
+			return t.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	return cmd
+}
+
+// Collect lists the training jobs, newest first. The job list is asked with
+// meta (Nomad 1.6+ returns it then), so no job is read one by one.
+func Collect(nomad nomadapi.API) ([]Job, error) {
+	stubs, _, err := nomad.Jobs(&api.QueryOptions{Params: map[string]string{"meta": "true"}})
+	if err != nil {
+		return nil, err
+	}
+	out := []Job{}
+	for _, s := range stubs {
+		if s == nil || !gpujobs.IsTrainJob(s.Meta) {
+			continue
+		}
+		j := Job{
+			Name:          s.ID,
+			Namespace:     s.Namespace,
+			NomadStatus:   s.Status,
+			Workers:       gpujobs.MetaInt(s.Meta, gpujobs.MetaWorkers),
+			GPUsPerWorker: gpujobs.MetaInt(s.Meta, gpujobs.MetaGPUsPerWorker),
+		}
+		if s.SubmitTime > 0 {
+			j.Submitted = time.Unix(0, s.SubmitTime).UTC()
+		}
+		if s.JobSummary != nil {
+			for _, g := range s.JobSummary.Summary {
+				j.Counts.Pending += g.Queued + g.Starting
+				j.Counts.Running += g.Running
+				j.Counts.Complete += g.Complete
+				j.Counts.Failed += g.Failed
+				j.Counts.Lost += g.Lost + g.Unknown
+			}
+		}
+		j.State = state(s, j.Counts, j.Workers)
+		out = append(out, j)
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		if !out[a].Submitted.Equal(out[b].Submitted) {
+			return out[a].Submitted.After(out[b].Submitted)
+		}
+		return out[a].Name < out[b].Name
+	})
+	return out, nil
+}
+
+// state reads Nomad's job status with the summary, which counts every
+// allocation the job ever had (replaced ones too): a dead job is complete
+// when as many allocations completed as it has workers.
+func state(s *api.JobListStub, c gpujobs.Counts, workers int) string {
+	switch {
+	case s.Stop:
+		return "stopped"
+	case s.Status == "dead" && c.Complete > 0 && (workers <= 0 || c.Complete >= workers):
+		return "complete"
+	case s.Status == "dead":
+		return "failed"
+	case s.Status == "running" && c.Running > 0:
+		return "running"
+	case s.Status == "running":
+		return "pending"
+	}
+	return s.Status
+}
+
+func num(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}

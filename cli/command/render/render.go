@@ -1,0 +1,105 @@
+// Package render is `gpujob render SPEC`: print the Nomad jobspec a training
+// spec renders to, offline.
+package render
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/factory"
+	jobspec "github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/spec"
+)
+
+type options struct {
+	vars     []string
+	varFiles []string
+	output   string
+}
+
+// NewCmd returns the render command.
+func NewCmd(f *factory.Factory) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "render SPEC",
+		Short: "Print the Nomad jobspec a training spec renders to",
+		Long: `Render reads the training spec SPEC and prints the Nomad jobspec (HCL2)
+that gpujob submit would register: one group of "workers" allocations run
+by the gpujob task driver, with the nvidia/gpu device request, the
+rendezvous port, and the restart policy derived from max_failures.
+
+It needs no Nomad agent. Errors in the spec are printed as
+file:line:col: error: … and nothing is rendered (exit 1). The output is
+deterministic: the same spec and variables give the same bytes, so it can
+be kept in version control or fed to nomad job run.`,
+		Example: `  gpujob render jobspecs/examples/bert-finetune.hcl
+  gpujob render --var workers=4 --var-file prod.hcl train.hcl
+  gpujob render train.hcl -o train.nomad.hcl && nomad job run train.nomad.hcl`,
+		Args: cobra.ExactArgs(1),
+		// A spec error is not a usage error; the root prints errors.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return []string{"hcl", "json"}, cobra.ShellCompDirectiveFilterFileExt
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(f, o, args[0])
+		},
+	}
+	cmd.Flags().StringArrayVar(&o.vars, "var", nil, "set a spec variable (`key=value`), repeatable; wins over --var-file")
+	cmd.Flags().StringArrayVar(&o.varFiles, "var-file", nil, "read spec variables from an HCL `file`, repeatable; later files win")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "write the jobspec to `file` instead of standard output")
+	_ = cmd.RegisterFlagCompletionFunc("var-file", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"hcl", "json"}, cobra.ShellCompDirectiveFilterFileExt
+	})
+	return cmd
+}
+
+func run(f *factory.Factory, o *options, path string) error {
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	if diags.HasErrors() {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
+		return fmt.Errorf("%s: %s; nothing rendered", path, countErrors(diags.Errs()))
+	}
+	out, err := jobspec.Jobspec(t)
+	if err != nil {
+		return fmt.Errorf("rendering %s: %w", path, err)
+	}
+	if o.output == "" || o.output == "-" {
+		_, err := f.IO.Out.Write(out)
+		return err
+	}
+	return writeFile(o.output, out)
+}
+
+// writeFile replaces path with data atomically (a rename), so a failed
+// render never leaves half a jobspec behind.
+func writeFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func countErrors(errs []error) string {
+	if len(errs) == 1 {
+		return "1 error"
+	}
+	return fmt.Sprintf("%d errors", len(errs))
+}

@@ -1,0 +1,264 @@
+// Package submit is `gpujob submit`: spec → jobspec → plan → register →
+// watch until the job ends.
+package submit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/explain"
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/spec"
+)
+
+// Exit codes beyond 0 (the job succeeded) and 1 (it failed, or bad input).
+const (
+	// ExitNotPlaced: --no-queue and the cluster cannot place the job now.
+	ExitNotPlaced = 2
+)
+
+// ExitError carries an exit code to main.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+type options struct {
+	vars     []string
+	varFiles []string
+	noQueue  bool
+	detach   bool
+}
+
+// NewCmd returns the submit command.
+func NewCmd(f *factory.Factory) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "submit SPEC",
+		Short: "Submit a training spec to Nomad and watch it run",
+		Long: `Submit renders SPEC into a Nomad jobspec, asks Nomad to plan it, and
+registers it. If the cluster cannot place every worker now, submit says why
+in plain words and queues the job (Nomad places it when GPUs free up), or,
+with --no-queue, registers nothing and exits 2.
+
+Then it follows the job: placement, each rendezvous round, restarts, and the
+end, with the training result. The exit code is the job's outcome: 0 when
+every worker succeeded, 1 when it failed. --detach returns once the job is
+registered; Ctrl-C stops watching and leaves the job running.`,
+		Example: `  gpujob submit jobspecs/examples/bert-finetune.hcl
+  gpujob submit -var workers=4 -var workload=$PWD/jobspecs/workloads/bert_finetune.py jobspecs/examples/bert-finetune.hcl
+  gpujob submit --no-queue --detach train.hcl`,
+		Args:         cobra.ExactArgs(1),
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd.Context(), f, o, args[0])
+		},
+	}
+	cmd.Flags().StringArrayVar(&o.vars, "var", nil, "set a spec variable (`key=value`), repeatable")
+	cmd.Flags().StringArrayVar(&o.varFiles, "var-file", nil, "read spec variables from an HCL `file`, repeatable")
+	cmd.Flags().BoolVar(&o.noQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
+	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
+	return cmd
+}
+
+func run(ctx context.Context, f *factory.Factory, o *options, path string) error {
+	out := f.IO.Out
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	if diags.HasErrors() {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was submitted", path)}
+	}
+	hcl, err := render.Jobspec(t)
+	if err != nil {
+		return fmt.Errorf("rendering %s: %w", path, err)
+	}
+	nomad, err := f.Nomad()
+	if err != nil {
+		return err
+	}
+	nodes, err := clusterGPUs(nomad)
+	if err != nil {
+		return err
+	}
+	if d := spec.CheckFits(t, mostGPUs(nodes)); d.HasErrors() {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(d, files))
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s does not fit any node of the cluster at %s; nothing was submitted", path, nomad.Address())}
+	}
+	job, err := nomad.ParseHCL(string(hcl), "")
+	if err != nil {
+		return err
+	}
+	if err := replaceFinished(nomad, out, t.Name); err != nil {
+		return err
+	}
+	// Each submission is a new run: its own checkpoint directory (the driver
+	// reads this stamp), so it does not resume its predecessor's end.
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta["gpujob_run"] = strconv.FormatInt(f.Now().Unix(), 10)
+	plan, err := nomad.Plan(job)
+	if err != nil {
+		return err
+	}
+	why := explain.Placement(explain.Ask{Workers: t.Workers, GPUsPerWorker: t.GPUsPerWorker, NodePool: t.NodePool},
+		plan.FailedTGAllocs["train"], nodes)
+	if why != "" && o.noQueue {
+		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
+		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
+	}
+	reg, err := nomad.Register(job)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "submitted %s: %d worker(s) × %d GPU(s), evaluation %s\n", t.Name, t.Workers, t.GPUsPerWorker, short(reg.EvalID))
+	if why != "" {
+		fmt.Fprintf(out, "queued: %s\n", why)
+	}
+	if o.detach {
+		fmt.Fprintf(out, "follow it: gpujob status %s\n", t.Name)
+		return nil
+	}
+	w := &watcher{api: nomad, out: out, job: t.Name, workers: t.Workers, now: f.Now}
+	outcome, err := w.run(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(out, "stopped watching; %s keeps running: gpujob status %s\n", t.Name, t.Name)
+			return nil
+		}
+		return err
+	}
+	if !outcome.ok {
+		return &ExitError{Code: 1, Err: fmt.Errorf("job %s failed: %s", t.Name, outcome.reason)}
+	}
+	return nil
+}
+
+// replaceFinished purges a finished job of the same name (Nomad would not
+// run an unchanged batch job again) and refuses to replace a live one.
+func replaceFinished(nomad nomadapi.API, out io.Writer, name string) error {
+	old, err := nomad.Job(name)
+	if err != nil {
+		if strings.Contains(err.Error(), "404") || strings.Contains(strings.ToLower(err.Error()), "not found") {
+			return nil
+		}
+		return err
+	}
+	if old.Status == nil || *old.Status != "dead" {
+		return &ExitError{Code: 1, Err: fmt.Errorf("job %s is already %s: stop it first (gpujob stop %s) or rename the spec's train block",
+			name, deref(old.Status), name)}
+	}
+	fmt.Fprintf(out, "replacing the finished job %s\n", name)
+	_, err = nomad.Deregister(name, true)
+	return err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "registered"
+	}
+	return *s
+}
+
+// clusterGPUs reads every ready node's GPUs and who holds them.
+func clusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
+	stubs, _, err := nomad.Nodes(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		return nil, err
+	}
+	var nodes []explain.Node
+	for _, s := range stubs {
+		if s.Status != "ready" {
+			continue
+		}
+		n := explain.Node{Name: s.Name, Pool: s.NodePool, Holds: map[string]int{}}
+		healthy := map[string]bool{}
+		if s.NodeResources != nil {
+			for _, g := range s.NodeResources.Devices {
+				if g.Vendor != "nvidia" || g.Type != "gpu" {
+					continue
+				}
+				for _, inst := range g.Instances {
+					if inst.Healthy {
+						healthy[inst.ID] = true
+						n.GPUs++
+					}
+				}
+			}
+		}
+		n.Free = n.GPUs
+		if n.GPUs > 0 {
+			allocs, err := nomad.NodeAllocations(s.ID)
+			if err != nil {
+				return nil, err
+			}
+			for _, a := range allocs {
+				if a.ClientStatus != api.AllocClientStatusPending && a.ClientStatus != api.AllocClientStatusRunning {
+					continue
+				}
+				if a.AllocatedResources == nil {
+					continue
+				}
+				for _, tr := range a.AllocatedResources.Tasks {
+					for _, d := range tr.Devices {
+						for _, id := range d.DeviceIDs {
+							if healthy[id] {
+								n.Free--
+								n.Holds[a.JobID]++
+							}
+						}
+					}
+				}
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+func mostGPUs(nodes []explain.Node) int {
+	m := 0
+	for _, n := range nodes {
+		m = max(m, n.GPUs)
+	}
+	return m
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// readAll drains a non-follow log stream.
+func readAll(frames <-chan *api.StreamFrame, errs <-chan error) (string, error) {
+	var b []byte
+	for {
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				return string(b), nil
+			}
+			if f != nil {
+				b = append(b, f.Data...)
+			}
+		case err := <-errs:
+			if err != nil && !errors.Is(err, io.EOF) {
+				return string(b), err
+			}
+		}
+	}
+}

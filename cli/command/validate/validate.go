@@ -1,0 +1,79 @@
+// Package validate is `gpujob validate SPEC`: check a training spec offline.
+package validate
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/spec"
+)
+
+type options struct {
+	vars     []string
+	varFiles []string
+}
+
+// NewCmd returns the validate command.
+func NewCmd(f *factory.Factory) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "validate SPEC",
+		Short: "Check a training spec without submitting it",
+		Long: `Validate reads the training spec SPEC with its variables, checks every
+field (types, ranges, units, durations, required fields) and renders the
+jobspec, without contacting Nomad. It prints "SPEC: ok (job NAME, W workers
+× G GPUs)", or each problem as file:line:col: error: … with the source
+line, and exits 1.
+
+Whether the cluster has nodes big enough is checked by gpujob submit,
+which asks Nomad.`,
+		Example: `  gpujob validate jobspecs/examples/bert-finetune.hcl
+  gpujob validate --var workers=8 --var-file prod.hcl train.hcl`,
+		Args: cobra.ExactArgs(1),
+		// A spec error is not a usage error; the root prints errors.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return []string{"hcl", "json"}, cobra.ShellCompDirectiveFilterFileExt
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(f, o, args[0])
+		},
+	}
+	cmd.Flags().StringArrayVar(&o.vars, "var", nil, "set a spec variable (`key=value`), repeatable; wins over --var-file")
+	cmd.Flags().StringArrayVar(&o.varFiles, "var-file", nil, "read spec variables from an HCL `file`, repeatable; later files win")
+	_ = cmd.RegisterFlagCompletionFunc("var-file", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"hcl", "json"}, cobra.ShellCompDirectiveFilterFileExt
+	})
+	return cmd
+}
+
+func run(f *factory.Factory, o *options, path string) error {
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	if diags.HasErrors() {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
+		n := len(diags.Errs())
+		return fmt.Errorf("%s: %d %s", path, n, plural(n, "error", "errors"))
+	}
+	if _, err := render.Jobspec(t); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	// Warnings (none today) are worth showing even when the spec is valid.
+	if len(diags) > 0 {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
+	}
+	fmt.Fprintf(f.IO.Out, "%s: ok (job %s, %d %s × %d %s)\n", path, t.Name,
+		t.Workers, plural(t.Workers, "worker", "workers"),
+		t.GPUsPerWorker, plural(t.GPUsPerWorker, "GPU", "GPUs"))
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

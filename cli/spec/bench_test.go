@@ -1,0 +1,33 @@
+package spec_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpujob/gpujob/cli/spec"
+)
+
+// BenchmarkParse: one spec parse (what gpujob validate and render do before
+// anything else) per example spec.
+func BenchmarkParse(b *testing.B) {
+	paths, _ := filepath.Glob("../../jobspecs/examples/*.hcl")
+	for _, p := range paths {
+		if strings.HasSuffix(p, ".nomad.hcl") {
+			continue
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(filepath.Base(p), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, diags := spec.Parse(src, p, spec.Options{}); diags.HasErrors() {
+					b.Fatal(diags)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,549 @@
+package spec
+
+import (
+	"fmt"
+	"math/big"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+var fileSchema = &hcl.BodySchema{
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "variable", LabelNames: []string{"name"}},
+		{Type: "train", LabelNames: []string{"name"}},
+	},
+}
+
+var trainSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "workers"},
+		{Name: "gpus_per_worker"},
+		{Name: "command"},
+		{Name: "args"},
+		{Name: "env"},
+		{Name: "workdir"},
+		{Name: "max_failures"},
+		{Name: "rendezvous_timeout"},
+		{Name: "datacenters"},
+		{Name: "node_pool"},
+		{Name: "namespace"},
+		{Name: "priority"},
+		{Name: "meta"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "artifact"},
+		{Type: "resources"},
+		{Type: "gpu"},
+		{Type: "checkpoint"},
+	},
+}
+
+var artifactSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "source", Required: true},
+		{Name: "destination"},
+		{Name: "options"},
+	},
+}
+
+var resourcesSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "cpu"}, {Name: "memory"}, {Name: "shm"}},
+}
+
+var gpuSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "model"}, {Name: "min_memory"}},
+}
+
+var checkpointSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "every", Required: true}},
+}
+
+// reservedMeta are meta keys gpujob sets on every job; a spec may set no
+// key gpujob or gpujob_*.
+var reservedMeta = []string{"gpujob", "gpujob_workers", "gpujob_gpus_per_worker"}
+
+var (
+	validNamespace = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+	validNodePool  = regexp.MustCompile(`^[a-zA-Z0-9-_]{1,128}$`)
+	validEnvName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ParseFile reads the spec at path.
+func ParseFile(path string, o Options) (*Train, hcl.Diagnostics) {
+	t, _, diags := Load(path, o)
+	return t, diags
+}
+
+// Parse reads a spec from src; filename names it in diagnostics.
+func Parse(src []byte, filename string, o Options) (*Train, hcl.Diagnostics) {
+	t, _, diags := LoadSource(src, filename, o)
+	return t, diags
+}
+
+// Load is ParseFile that also returns every source it read (the spec, the
+// -var-files and one pseudo-file per -var), for Format's source excerpts.
+func Load(path string, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
+	p := hclparse.NewParser()
+	var f *hcl.File
+	var diags hcl.Diagnostics
+	if strings.HasSuffix(path, ".json") {
+		f, diags = p.ParseJSONFile(path)
+	} else {
+		f, diags = p.ParseHCLFile(path)
+	}
+	return decodeFile(p, f, diags, o)
+}
+
+// LoadSource is Parse that also returns the sources it read; see Load.
+func LoadSource(src []byte, filename string, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
+	p := hclparse.NewParser()
+	var f *hcl.File
+	var diags hcl.Diagnostics
+	if strings.HasSuffix(filename, ".json") {
+		f, diags = p.ParseJSON(src, filename)
+	} else {
+		f, diags = p.ParseHCL(src, filename)
+	}
+	return decodeFile(p, f, diags, o)
+}
+
+func decodeFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
+	if f == nil || diags.HasErrors() {
+		return nil, p.Files(), diags
+	}
+	content, d := f.Body.Content(fileSchema)
+	diags = append(diags, d...)
+
+	vars := map[string]*variable{}
+	var trains []*hcl.Block
+	for _, b := range content.Blocks {
+		switch b.Type {
+		case "variable":
+			v, d := decodeVariable(b)
+			diags = append(diags, d...)
+			if prev, ok := vars[v.name]; ok {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "Duplicate variable",
+					Detail:   fmt.Sprintf("Variable %q is already declared at %s.", v.name, prev.defRange),
+					Subject:  b.DefRange.Ptr(),
+				})
+				continue
+			}
+			vars[v.name] = v
+		case "train":
+			trains = append(trains, b)
+		}
+	}
+	switch {
+	case len(trains) == 0:
+		rng := f.Body.MissingItemRange()
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Missing train block",
+			Detail:   `A spec needs exactly one train "<name>" { … } block.`,
+			Subject:  &rng,
+		})
+	case len(trains) > 1:
+		for _, b := range trains[1:] {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Duplicate train block",
+				Detail:   fmt.Sprintf("A spec holds exactly one train block; the first is at %s. Put each job in its own file.", trains[0].DefRange),
+				Subject:  b.DefRange.Ptr(),
+			})
+		}
+	}
+
+	varObj, d := resolveVariables(p, vars, o)
+	diags = append(diags, d...)
+	if len(trains) == 0 {
+		return nil, p.Files(), diags
+	}
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": varObj},
+		Functions: functions,
+	}
+	t, d := decodeTrain(trains[0], ctx)
+	for _, diag := range d {
+		if diag.Summary == "Unknown variable" {
+			diag.Detail += " A spec knows only var.<name>; to pass a Nomad runtime variable through to the task, escape it: $${NOMAD_ALLOC_INDEX}."
+		}
+	}
+	diags = append(diags, d...)
+	if diags.HasErrors() {
+		return nil, p.Files(), diags
+	}
+	return t, p.Files(), diags
+}
+
+// decoder evaluates attributes, remembering their ranges and collecting
+// diagnostics.
+type decoder struct {
+	ctx   *hcl.EvalContext
+	diags hcl.Diagnostics
+	attrs map[string]hcl.Range
+}
+
+func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
+	d.diags = append(d.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  rng.Ptr(),
+	})
+}
+
+func typeError(name string, rng hcl.Range, err error) *hcl.Diagnostic {
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Incorrect attribute value type",
+		Detail:   fmt.Sprintf("Inappropriate value for attribute %q: %s.", name, err),
+		Subject:  rng.Ptr(),
+	}
+}
+
+// value evaluates a (nil when absent) and converts it to ty. ok is false
+// when the attribute is absent, null, or wrong (then reported).
+func (d *decoder) value(path string, a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
+	if a == nil {
+		return cty.NilVal, false
+	}
+	d.attrs[path] = a.Expr.Range()
+	v, diags := a.Expr.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+	if diags.HasErrors() || v.IsNull() || !v.IsWhollyKnown() {
+		// Unknown: a variable without a value, reported already.
+		return cty.NilVal, false
+	}
+	cv, err := convert.Convert(v, ty)
+	if err != nil {
+		d.diags = append(d.diags, typeError(a.Name, a.Expr.Range(), err))
+		return cty.NilVal, false
+	}
+	if cv.IsNull() || !cv.IsWhollyKnown() {
+		return cty.NilVal, false
+	}
+	return cv, true
+}
+
+func (d *decoder) int(path string, a *hcl.Attribute, dst *int) bool {
+	v, ok := d.value(path, a, cty.Number)
+	if !ok {
+		return false
+	}
+	bf := v.AsBigFloat()
+	if !bf.IsInt() {
+		d.errorf(a.Expr.Range(), "Incorrect attribute value type", "Inappropriate value for attribute %q: a whole number is required, got %s.", a.Name, bf.Text('g', -1))
+		return false
+	}
+	const limit = 1 << 31
+	if bf.Cmp(big.NewFloat(limit)) >= 0 || bf.Cmp(big.NewFloat(-limit)) <= 0 {
+		d.errorf(a.Expr.Range(), "Value out of range", "Attribute %q: %s is too large.", a.Name, bf.Text('g', -1))
+		return false
+	}
+	i, _ := bf.Int64()
+	*dst = int(i)
+	return true
+}
+
+func (d *decoder) str(path string, a *hcl.Attribute, dst *string) bool {
+	v, ok := d.value(path, a, cty.String)
+	if ok {
+		*dst = v.AsString()
+	}
+	return ok
+}
+
+func (d *decoder) strList(path string, a *hcl.Attribute, dst *[]string) bool {
+	v, ok := d.value(path, a, cty.List(cty.String))
+	if !ok {
+		return false
+	}
+	out := make([]string, 0, v.LengthInt())
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		if e.IsNull() {
+			d.errorf(a.Expr.Range(), "Incorrect attribute value type", "Inappropriate value for attribute %q: element %d is null.", a.Name, len(out))
+			return false
+		}
+		out = append(out, e.AsString())
+	}
+	*dst = out
+	return true
+}
+
+func (d *decoder) strMap(path string, a *hcl.Attribute, dst *map[string]string) bool {
+	v, ok := d.value(path, a, cty.Map(cty.String))
+	if !ok {
+		return false
+	}
+	out := make(map[string]string, v.LengthInt())
+	for it := v.ElementIterator(); it.Next(); {
+		k, e := it.Element()
+		if e.IsNull() {
+			d.errorf(a.Expr.Range(), "Incorrect attribute value type", "Inappropriate value for attribute %q: the value of %q is null.", a.Name, k.AsString())
+			return false
+		}
+		out[k.AsString()] = e.AsString()
+	}
+	*dst = out
+	return true
+}
+
+// singleBlock returns the only block of typ in blocks, reporting repeats.
+func (d *decoder) singleBlock(blocks hcl.Blocks, typ string) *hcl.Block {
+	var found *hcl.Block
+	for _, b := range blocks {
+		if b.Type != typ {
+			continue
+		}
+		if found != nil {
+			d.errorf(b.DefRange, "Duplicate "+typ+" block", "Only one %s block is allowed; the first is at %s.", typ, found.DefRange)
+			continue
+		}
+		found = b
+	}
+	return found
+}
+
+func (d *decoder) content(b *hcl.Block, schema *hcl.BodySchema) *hcl.BodyContent {
+	c, diags := b.Body.Content(schema)
+	d.diags = append(d.diags, diags...)
+	return c
+}
+
+func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
+	d := &decoder{ctx: ctx, attrs: map[string]hcl.Range{}}
+	t := &Train{
+		Name:              b.Labels[0],
+		Workers:           DefaultWorkers,
+		GPUsPerWorker:     DefaultGPUsPerWorker,
+		Resources:         Resources{CPU: DefaultCPU, MemoryMiB: DefaultMemoryMiB},
+		MaxFailures:       DefaultMaxFailures,
+		RendezvousTimeout: DefaultRendezvousTimeout,
+		Datacenters:       []string{"*"},
+		Priority:          DefaultPriority,
+	}
+	t.Ranges = Ranges{Block: b.DefRange, Name: b.LabelRanges[0], Attrs: d.attrs}
+	switch {
+	case t.Name == "":
+		d.errorf(b.LabelRanges[0], "Invalid job name", "The train block needs a name: it becomes the Nomad job ID.")
+	case strings.IndexFunc(t.Name, func(r rune) bool { return unicode.IsSpace(r) || r == 0 }) >= 0:
+		d.errorf(b.LabelRanges[0], "Invalid job name", "%q contains a space or a control character; Nomad job IDs may not.", t.Name)
+	}
+
+	c := d.content(b, trainSchema)
+	at := c.Attributes
+
+	if d.int("workers", at["workers"], &t.Workers) && t.Workers < 1 {
+		d.errorf(at["workers"].Expr.Range(), "Invalid workers", "workers must be at least 1, got %d.", t.Workers)
+	}
+	if d.int("gpus_per_worker", at["gpus_per_worker"], &t.GPUsPerWorker) && t.GPUsPerWorker < 0 {
+		d.errorf(at["gpus_per_worker"].Expr.Range(), "Invalid gpus_per_worker", "gpus_per_worker must be 0 (a CPU job) or more, got %d.", t.GPUsPerWorker)
+	}
+	if a := at["command"]; a == nil {
+		d.errorf(b.DefRange, "Missing required argument", `The train block needs command, the program every rank runs, e.g. command = "/usr/bin/python3".`)
+	} else {
+		n := len(d.diags)
+		ok := d.str("command", a, &t.Command)
+		if (ok || len(d.diags) == n) && strings.TrimSpace(t.Command) == "" {
+			d.errorf(a.Expr.Range(), "Invalid command", "command may not be empty or null.")
+		}
+	}
+	d.strList("args", at["args"], &t.Args)
+	if d.strMap("env", at["env"], &t.Env) {
+		for _, k := range sortedKeys(t.Env) {
+			if !validEnvName.MatchString(k) {
+				d.errorf(at["env"].Expr.Range(), "Invalid env", "%q is not an environment variable name (letters, digits and underscores, not starting with a digit).", k)
+			}
+		}
+	}
+	if d.str("workdir", at["workdir"], &t.Workdir) && !path.IsAbs(t.Workdir) {
+		d.errorf(at["workdir"].Expr.Range(), "Invalid workdir", "workdir must be an absolute path on the clients (shared storage), got %q.", t.Workdir)
+	}
+	if d.int("max_failures", at["max_failures"], &t.MaxFailures) && t.MaxFailures < 0 {
+		d.errorf(at["max_failures"].Expr.Range(), "Invalid max_failures", "max_failures must be 0 or more, got %d.", t.MaxFailures)
+	}
+	var timeout string
+	if d.str("rendezvous_timeout", at["rendezvous_timeout"], &timeout) {
+		dur, err := time.ParseDuration(timeout)
+		switch {
+		case err != nil:
+			d.errorf(at["rendezvous_timeout"].Expr.Range(), "Invalid duration", "rendezvous_timeout %q is not a duration: use a number and a unit, e.g. \"90s\", \"5m\", \"1h\".", timeout)
+		case dur <= 0:
+			d.errorf(at["rendezvous_timeout"].Expr.Range(), "Invalid duration", "rendezvous_timeout must be positive, got %q.", timeout)
+		default:
+			t.RendezvousTimeout = dur
+		}
+	}
+	if d.strList("datacenters", at["datacenters"], &t.Datacenters) {
+		if len(t.Datacenters) == 0 {
+			d.errorf(at["datacenters"].Expr.Range(), "Invalid datacenters", `datacenters needs at least one datacenter; ["*"] means all.`)
+		}
+		for _, dc := range t.Datacenters {
+			if dc == "" {
+				d.errorf(at["datacenters"].Expr.Range(), "Invalid datacenters", "a datacenter name may not be empty.")
+				break
+			}
+		}
+	}
+	if d.str("node_pool", at["node_pool"], &t.NodePool) && !validNodePool.MatchString(t.NodePool) {
+		d.errorf(at["node_pool"].Expr.Range(), "Invalid node_pool", "%q is not a node pool name: 1 to 128 letters, digits, dashes and underscores.", t.NodePool)
+	}
+	if d.str("namespace", at["namespace"], &t.Namespace) && !validNamespace.MatchString(t.Namespace) {
+		d.errorf(at["namespace"].Expr.Range(), "Invalid namespace", "%q is not a namespace name: 1 to 128 letters, digits and dashes.", t.Namespace)
+	}
+	if d.int("priority", at["priority"], &t.Priority) && (t.Priority < MinPriority || t.Priority > MaxPriority) {
+		d.errorf(at["priority"].Expr.Range(), "Invalid priority", "priority must be between %d and %d, got %d.", MinPriority, MaxPriority, t.Priority)
+	}
+	if d.strMap("meta", at["meta"], &t.Meta) {
+		for _, k := range sortedKeys(t.Meta) {
+			if k == "gpujob" || strings.HasPrefix(k, "gpujob_") {
+				d.errorf(at["meta"].Expr.Range(), "Reserved meta key", "meta key %q: gpujob and gpujob_* are set by gpujob itself (%s, …); choose another name.", k, strings.Join(reservedMeta, ", "))
+			}
+		}
+	}
+
+	for _, blk := range c.Blocks {
+		if blk.Type == "artifact" {
+			t.Artifacts = append(t.Artifacts, d.artifact(blk, len(t.Artifacts)))
+		}
+	}
+	if blk := d.singleBlock(c.Blocks, "resources"); blk != nil {
+		d.attrs["resources"] = blk.DefRange
+		rc := d.content(blk, resourcesSchema)
+		for _, f := range []struct {
+			name string
+			dst  *int
+			min  int
+			why  string
+		}{
+			{"cpu", &t.Resources.CPU, MinCPU, "MHz"},
+			{"memory", &t.Resources.MemoryMiB, MinMemoryMiB, "MiB (Nomad's minimum)"},
+			{"shm", &t.Resources.ShmMiB, 0, "MiB"},
+		} {
+			a := rc.Attributes[f.name]
+			if d.int("resources."+f.name, a, f.dst) && *f.dst < f.min {
+				d.errorf(a.Expr.Range(), "Invalid resources."+f.name, "resources.%s must be at least %d %s, got %d.", f.name, f.min, f.why, *f.dst)
+			}
+		}
+	}
+	if blk := d.singleBlock(c.Blocks, "gpu"); blk != nil {
+		d.attrs["gpu"] = blk.DefRange
+		gc := d.content(blk, gpuSchema)
+		g := &GPU{}
+		if d.str("gpu.model", gc.Attributes["model"], &g.Model) && g.Model == "" {
+			d.errorf(gc.Attributes["model"].Expr.Range(), "Invalid gpu.model", "model may not be empty; leave it out to accept any model.")
+		}
+		var mem string
+		if d.str("gpu.min_memory", gc.Attributes["min_memory"], &mem) {
+			mib, err := ParseMemory(mem)
+			if err != nil {
+				d.errorf(gc.Attributes["min_memory"].Expr.Range(), "Invalid gpu.min_memory", "%s.", err)
+			}
+			g.MinMemoryMiB = mib
+		}
+		t.GPU = g
+		if t.GPUsPerWorker == 0 {
+			d.errorf(blk.DefRange, "GPU constraints on a CPU job", "The gpu block constrains GPUs, but gpus_per_worker = 0 asks for none: remove the block or ask for GPUs.")
+		}
+	}
+	if blk := d.singleBlock(c.Blocks, "checkpoint"); blk != nil {
+		d.attrs["checkpoint"] = blk.DefRange
+		cc := d.content(blk, checkpointSchema)
+		a := cc.Attributes["every"]
+		if d.int("checkpoint.every", a, &t.CheckpointEvery) && t.CheckpointEvery < 1 {
+			d.errorf(a.Expr.Range(), "Invalid checkpoint.every", "checkpoint.every is in steps and must be at least 1, got %d.", t.CheckpointEvery)
+		}
+		if _, ok := t.Env[EnvCheckpointEvery]; ok {
+			d.errorf(at["env"].Expr.Range(), "Conflicting env", "env sets %s, which checkpoint { every } sets too; keep one.", EnvCheckpointEvery)
+		}
+	}
+
+	t.Ranges.Workers = t.Ranges.Of("workers")
+	t.Ranges.GPUsPerWorker = t.Ranges.Of("gpus_per_worker")
+	return t, d.diags
+}
+
+// EnvCheckpointEvery is the environment variable that carries
+// checkpoint { every } to the training script.
+const EnvCheckpointEvery = "GPUJOB_CHECKPOINT_EVERY"
+
+func (d *decoder) artifact(b *hcl.Block, i int) Artifact {
+	prefix := "artifact[" + strconv.Itoa(i) + "]."
+	d.attrs[strings.TrimSuffix(prefix, ".")] = b.DefRange
+	c := d.content(b, artifactSchema)
+	var a Artifact
+	if d.str(prefix+"source", c.Attributes["source"], &a.Source) && a.Source == "" {
+		d.errorf(c.Attributes["source"].Expr.Range(), "Invalid artifact source", "source may not be empty.")
+	}
+	d.str(prefix+"destination", c.Attributes["destination"], &a.Destination)
+	if d.strMap(prefix+"options", c.Attributes["options"], &a.Options) {
+		for _, k := range sortedKeys(a.Options) {
+			if !hclsyntax.ValidIdentifier(k) {
+				d.errorf(c.Attributes["options"].Expr.Range(), "Invalid artifact option", "%q is not a go-getter option name (letters, digits, underscores, dashes).", k)
+			}
+		}
+	}
+	return a
+}
+
+// ParseMemory reads a size with a unit — "16 GiB", "16GiB", "16000 MB",
+// "512 MiB" — and returns MiB, rounded up. The units are those of Nomad's
+// device attributes: MiB, GiB, MB, GB (also KiB/TiB, kB/TB).
+func ParseMemory(s string) (int, error) {
+	trimmed := strings.TrimSpace(s)
+	i := strings.IndexFunc(trimmed, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.') })
+	if i <= 0 {
+		if i == 0 || trimmed == "" {
+			return 0, fmt.Errorf("%q is not a size: use a number and a unit, e.g. \"16 GiB\"", s)
+		}
+		return 0, fmt.Errorf("%q has no unit: use MiB, GiB, MB or GB, e.g. \"16 GiB\"", s)
+	}
+	num, unit := trimmed[:i], strings.TrimSpace(trimmed[i:])
+	n, ok := new(big.Float).SetString(num)
+	if !ok {
+		return 0, fmt.Errorf("%q is not a size: use a number and a unit, e.g. \"16 GiB\"", s)
+	}
+	bytesPer := map[string]float64{
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+		"kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	}
+	per, ok := bytesPer[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q in %q: use MiB, GiB, MB or GB", unit, s)
+	}
+	mib, _ := new(big.Float).Quo(new(big.Float).Mul(n, big.NewFloat(per)), big.NewFloat(1<<20)).Float64()
+	if mib <= 0 {
+		return 0, fmt.Errorf("%q must be more than zero", s)
+	}
+	if mib > 1<<30 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	out := int(mib)
+	if float64(out) < mib {
+		out++
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

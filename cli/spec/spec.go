@@ -1,0 +1,133 @@
+// Package spec reads gpujob training specs: one small HCL2 file with a
+// `train "<name>" { … }` block (and `variable` blocks) that the render
+// package turns into a Nomad jobspec for the gpujob task driver.
+//
+//	variable "workers" {
+//	  type    = number
+//	  default = 2
+//	}
+//
+//	train "bert-finetune" {
+//	  workers         = var.workers
+//	  gpus_per_worker = 1
+//	  command         = "/usr/bin/python3"
+//	  args            = ["bert_finetune.py"]
+//	  checkpoint {
+//	    every = 20
+//	  }
+//	}
+//
+// Every error is an hcl.Diagnostic whose Subject points at the offending
+// file:line:col; Format prints them.
+package spec
+
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Defaults of the optional train fields.
+const (
+	DefaultWorkers           = 1
+	DefaultGPUsPerWorker     = 1
+	DefaultCPU               = 1000 // MHz
+	DefaultMemoryMiB         = 2048
+	DefaultMaxFailures       = 3
+	DefaultRendezvousTimeout = 5 * time.Minute
+	DefaultPriority          = 50
+)
+
+// Nomad's own limits (structs.MinResources, the job priority range).
+const (
+	MinCPU       = 1
+	MinMemoryMiB = 10
+	MinPriority  = 1
+	MaxPriority  = 100
+)
+
+// Train is a decoded `train` block with defaults applied and variables
+// resolved.
+type Train struct {
+	Name          string
+	Workers       int // allocations in the group, >= 1
+	GPUsPerWorker int // nvidia/gpu devices per allocation, >= 0 (0: CPU job)
+	Command       string
+	Args          []string
+	Env           map[string]string
+	// Workdir is the ranks' working directory: an absolute host path,
+	// normally on shared storage. Empty: the task directory.
+	Workdir   string
+	Artifacts []Artifact
+	Resources Resources
+	// GPU holds device constraints; nil when the spec has no gpu block.
+	GPU *GPU
+	// CheckpointEvery is checkpoint { every } in steps; 0 when unset.
+	CheckpointEvery   int
+	MaxFailures       int // group restarts (the driver's max_restarts)
+	RendezvousTimeout time.Duration
+	Datacenters       []string
+	NodePool          string
+	Namespace         string
+	Priority          int
+	Meta              map[string]string
+	// Ranges locate the block and its fields in the source, for errors
+	// found later (CheckFits, a plan that cannot place the job).
+	Ranges Ranges
+}
+
+// Artifact is Nomad's artifact block.
+type Artifact struct {
+	Source      string
+	Destination string
+	Options     map[string]string
+}
+
+// Resources are one allocation's reservation.
+type Resources struct {
+	CPU       int // MHz
+	MemoryMiB int
+	// ShmMiB is the /dev/shm the ranks' DataLoader workers may fill. Its
+	// pages count against the task's memory, so the rendered task reserves
+	// MemoryMiB + ShmMiB.
+	ShmMiB int
+}
+
+// TaskMemoryMiB is the memory the rendered task reserves: memory + shm.
+func (r Resources) TaskMemoryMiB() int { return r.MemoryMiB + r.ShmMiB }
+
+// GPU holds the device constraints of gpu { model, min_memory }.
+type GPU struct {
+	Model        string // ${device.model} == Model when set
+	MinMemoryMiB int    // ${device.attr.memory} >= MinMemoryMiB when > 0
+}
+
+// Options are the variable values given on the command line.
+type Options struct {
+	// Vars are -var arguments, "key=value"; later ones win.
+	Vars []string
+	// VarFiles are -var-file paths (HCL attributes, or JSON for *.json);
+	// later files win; -var wins over every file.
+	VarFiles []string
+}
+
+// Ranges locate a Train in its source.
+type Ranges struct {
+	// Block is the `train "<name>"` header; Name is its label.
+	Block, Name hcl.Range
+	// Workers and GPUsPerWorker are the attributes' value expressions, or
+	// Block when the spec leaves them to their defaults.
+	Workers, GPUsPerWorker hcl.Range
+	// Attrs holds the value range of every attribute set in the spec, by
+	// its path: "command", "resources.memory", "gpu.model", "checkpoint.every", ….
+	Attrs map[string]hcl.Range
+}
+
+// Of returns the range of the attribute at path, or the block header when
+// the spec does not set it.
+func (r Ranges) Of(path string) hcl.Range {
+	if rng, ok := r.Attrs[path]; ok {
+		return rng
+	}
+	return r.Block
+}
