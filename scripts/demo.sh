@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# `make demo`: start the local dev cluster (fake GPUs when the machine has no
-# NVIDIA driver), show the GPUs Nomad sees, run a job that asks for them and
-# print what each allocation was given. The cluster stays up for a look
-# around; `make dev-down` stops it.
+# `make demo`: the main job on a local dev cluster. Starts the cluster (fake
+# GPUs when the machine has no NVIDIA driver), submits the BERT-style
+# fine-tune of jobspecs/examples/bert-finetune.hcl with 2 workers through
+# `gpujob submit`, streams its progress and the workers' output, and ends
+# with the result and where to look further. The cluster stays up;
+# `make dev-down` stops it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -16,46 +18,28 @@ else
 fi
 # shellcheck disable=SC1091
 . "$dir/env"
-nomad=$(gpujob_nomad_bin)
+gpujob=$repo/bin/gpujob
 
-# wait_done JOB blocks on Nomad's job summary (a blocking query: it answers
-# when the summary changes) until no allocation is queued, starting or running.
-wait_done() {
-	local index=0 deadline=$((SECONDS + 120)) headers summary
-	headers=$(mktemp)
-	while ((SECONDS < deadline)); do
-		summary=$(curl -fsS -D "$headers" "$NOMAD_ADDR/v1/job/$1/summary?index=$index&wait=10s")
-		index=$(awk 'tolower($1) == "x-nomad-index:" { print $2 }' "$headers" | tr -d '\r')
-		if jq -e '[.Summary[] | .Queued + .Starting + .Running] | add == 0' <<<"$summary" >/dev/null; then
-			rm -f "$headers"
-			return 0
-		fi
-	done
-	rm -f "$headers"
-	die "job $1 did not finish within 120 s: $("$nomad" job status "$1" | tail -5)"
-}
+log "the cluster's GPUs (gpujob gpus):"
+"$gpujob" gpus
 
-log "GPUs the cluster sees (nomad node status -verbose):"
-for node in $("$nomad" node status -quiet); do
-	"$nomad" node status -verbose "$node" | sed -n '/^Device Resource Utilization/,/^$/p'
-done
+spec=$repo/jobspecs/examples/bert-finetune.hcl
+log "submitting $spec with 2 workers (gpujob submit --logs)"
+status=0
+"$gpujob" submit --logs -var workers=2 -var "workload=$repo/jobspecs/workloads/bert_finetune.py" \
+	-var 'args=["--log-every", "80"]' "$spec" || status=$?
 
-job=$repo/jobspecs/examples/gpu-hello.nomad.hcl
-log "running $job"
-"$nomad" job run "$job"
-wait_done gpu-hello
-
-log "what each allocation was given:"
-for alloc in $("$nomad" job allocs -t '{{range .}}{{.ID}} {{end}}' gpu-hello); do
-	"$nomad" alloc logs "$alloc" hello
-done
+log "the job's members (gpujob status bert-finetune):"
+"$gpujob" status bert-finetune || true
 
 cat <<MSG
 
 Look further:
-  source $dir/env
-  $nomad node status -stats \$($nomad node status -quiet | head -1)   # GPU stats
-  $nomad job status gpu-hello
-  Nomad UI: $NOMAD_ADDR/ui     Consul UI: http://$CONSUL_HTTP_ADDR/ui
+  source $dir/env                      # NOMAD_ADDR, CONSUL_HTTP_ADDR, nomad and consul on PATH
+  $gpujob status bert-finetune         # members, ranks, GPUs, latest loss (-json for scripts)
+  $gpujob logs bert-finetune --rank 1  # one rank's output (-f to follow)
+  $gpujob gpus                         # every GPU, its health, stats and holder
+  Nomad UI: $NOMAD_ADDR/ui/jobs/bert-finetune     Consul UI: http://$CONSUL_HTTP_ADDR/ui
 Stop the cluster: make dev-down
 MSG
+exit "$status"

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
@@ -40,6 +41,7 @@ type options struct {
 	varFiles []string
 	noQueue  bool
 	detach   bool
+	logs     bool
 }
 
 // NewCmd returns the submit command.
@@ -59,7 +61,8 @@ every worker succeeded, 1 when it failed. --detach returns once the job is
 registered; Ctrl-C stops watching and leaves the job running.`,
 		Example: `  gpujob submit jobspecs/examples/bert-finetune.hcl
   gpujob submit -var workers=4 -var workload=$PWD/jobspecs/workloads/bert_finetune.py jobspecs/examples/bert-finetune.hcl
-  gpujob submit --no-queue --detach train.hcl`,
+  gpujob submit --no-queue --detach train.hcl
+  gpujob submit --logs train.hcl      # progress and every worker's output`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -70,6 +73,7 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 	cmd.Flags().StringArrayVar(&o.varFiles, "var-file", nil, "read spec variables from an HCL `file`, repeatable")
 	cmd.Flags().BoolVar(&o.noQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
 	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
+	cmd.Flags().BoolVar(&o.logs, "logs", false, "also stream every worker's stdout while watching")
 	return cmd
 }
 
@@ -131,7 +135,8 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 		fmt.Fprintf(out, "follow it: gpujob status %s\n", t.Name)
 		return nil
 	}
-	w := &watcher{api: nomad, out: out, job: t.Name, workers: t.Workers, now: f.Now}
+	w := &watcher{api: nomad, out: &lockedWriter{w: out}, job: t.Name, workers: t.Workers, now: f.Now, logs: o.logs,
+		since: reg.JobModifyIndex}
 	outcome, err := w.run(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -243,22 +248,15 @@ func short(id string) string {
 	return id
 }
 
-// readAll drains a non-follow log stream.
-func readAll(frames <-chan *api.StreamFrame, errs <-chan error) (string, error) {
-	var b []byte
-	for {
-		select {
-		case f, ok := <-frames:
-			if !ok {
-				return string(b), nil
-			}
-			if f != nil {
-				b = append(b, f.Data...)
-			}
-		case err := <-errs:
-			if err != nil && !errors.Is(err, io.EOF) {
-				return string(b), err
-			}
-		}
-	}
+// lockedWriter serialises whole writes from the watcher and the log
+// streams, so lines never interleave.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

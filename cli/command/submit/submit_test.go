@@ -83,7 +83,20 @@ func runCmd(t *testing.T, f *nomadapi.Fake, args ...string) (string, string, err
 }
 
 func TestSubmitFollowsTheJobToSuccess(t *testing.T) {
+	for _, withLogs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "progress", true: "progress and logs"}[withLogs], func(t *testing.T) {
+			followTheJob(t, withLogs)
+		})
+	}
+}
+
+func followTheJob(t *testing.T, withLogs bool) {
 	f := cluster(t)
+	// A finished allocation of an earlier run of a job of the same name:
+	// not part of this submission.
+	old := alloc(7, "complete", "rank 0 exited 0")
+	old.CreateIndex = 0
+	f.SetAlloc(old)
 	// The job's life, one step per blocking query: placed, joined, done.
 	step := 0
 	f.OnBlock = func(f *nomadapi.Fake, query string, index uint64) {
@@ -109,9 +122,17 @@ func TestSubmitFollowsTheJobToSuccess(t *testing.T) {
 			f.SetLog("alloc-1", "train", "stdout", "gpujob: step=10 rank=1 loss=0.5\n")
 		}
 	}
-	out, errOut, err := runCmd(t, f, writeSpec(t, goodSpec))
+	args := []string{writeSpec(t, goodSpec)}
+	if withLogs {
+		args = append([]string{"--logs"}, args...)
+	}
+	out, errOut, err := runCmd(t, f, args...)
 	if err != nil {
 		t.Fatalf("submit: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	logLine := "[bert.train[1]] gpujob: step=10 rank=1 loss=0.5"
+	if got := strings.Count(out, logLine); withLogs && got != 1 || !withLogs && got != 0 {
+		t.Errorf("worker log line shown %d time(s) (logs %v):\n%s", got, withLogs, out)
 	}
 	for _, want := range []string{
 		"submitted bert: 2 worker(s) × 1 GPU(s)",
@@ -125,6 +146,9 @@ func TestSubmitFollowsTheJobToSuccess(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "bert.train[7]") {
+		t.Errorf("the watcher reported an allocation of an earlier run:\n%s", out)
 	}
 	if strings.Count(out, "rendezvous round 1 complete") != 1 {
 		t.Errorf("round 1 announced more than once:\n%s", out)

@@ -2,17 +2,16 @@ package submit
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"regexp"
+	"slices"
 	"sort"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 
@@ -24,7 +23,16 @@ type watcher struct {
 	out     io.Writer
 	job     string
 	workers int
-	now     func() time.Time
+	// since is the registration's index: allocations created before it
+	// belong to an earlier run of a job of the same name.
+	since uint64
+	now   func() time.Time
+	logs  bool // stream each member's stdout as well
+
+	streams sync.WaitGroup
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	printed map[string]int // bytes of each member's stdout already shown
 
 	start  time.Time
 	seen   map[string]*memberSeen // by allocation ID
@@ -34,8 +42,9 @@ type watcher struct {
 
 // memberSeen is what was already printed of one allocation.
 type memberSeen struct {
-	status string
-	events int
+	status    string
+	events    int
+	following bool
 }
 
 // outcome is how the job ended.
@@ -44,13 +53,18 @@ type outcome struct {
 	reason string
 }
 
-var joinedRound = regexp.MustCompile(`^joined round (\d+) as node \d+ of (\d+) \((?:ranks? [\d-]+) of (\d+), master (\S+)\)`)
-
 func (w *watcher) run(ctx context.Context) (outcome, error) {
 	w.start = w.now()
 	w.seen = map[string]*memberSeen{}
 	w.rounds = map[int]map[string]bool{}
 	w.told = map[int]bool{}
+	w.printed = map[string]int{}
+	streamCtx, stop := context.WithCancel(ctx)
+	w.stop = stop
+	defer func() {
+		stop()
+		w.streams.Wait()
+	}()
 	var index uint64
 	for {
 		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx)
@@ -62,24 +76,36 @@ func (w *watcher) run(ctx context.Context) (outcome, error) {
 			return outcome{}, err
 		}
 		index = meta.LastIndex
+		allocs = slices.DeleteFunc(allocs, func(a *api.AllocationListStub) bool { return a.CreateIndex < w.since })
 		sort.Slice(allocs, func(i, j int) bool { return allocs[i].CreateIndex < allocs[j].CreateIndex })
 		for _, a := range allocs {
-			w.report(a)
+			w.report(streamCtx, a)
 		}
 		if done, o := w.finished(allocs); done {
-			w.result(allocs, o)
+			// A follow stream lags its task: stop them and print what each
+			// member wrote after the last line shown.
+			stop()
+			w.streams.Wait()
+			w.catchUp(ctx)
+			w.result(ctx, allocs, o)
 			return o, nil
 		}
 	}
 }
 
 // report prints what is new about one allocation.
-func (w *watcher) report(a *api.AllocationListStub) {
+func (w *watcher) report(ctx context.Context, a *api.AllocationListStub) {
 	s, ok := w.seen[a.ID]
 	if !ok {
 		s = &memberSeen{}
 		w.seen[a.ID] = s
 		w.printf("placed %s on node %s", a.Name, a.NodeName)
+	}
+	// Follow a member's log once its task runs: before that Nomad has no
+	// log file to stream.
+	if w.logs && !s.following && a.ClientStatus == api.AllocClientStatusRunning {
+		s.following = true
+		w.follow(ctx, a)
 	}
 	if ts := a.TaskStates["train"]; ts != nil {
 		for _, e := range ts.Events[min(s.events, len(ts.Events)):] {
@@ -105,20 +131,70 @@ func (w *watcher) event(a *api.AllocationListStub, e *api.TaskEvent) {
 	switch e.Type {
 	case "Driver":
 		w.printf("%s: %s", a.Name, msg)
-		if m := joinedRound.FindStringSubmatch(msg); m != nil {
-			round, _ := strconv.Atoi(m[1])
-			nodes, _ := strconv.Atoi(m[2])
-			if w.rounds[round] == nil {
-				w.rounds[round] = map[string]bool{}
+		if p, ok := gpujobs.ParseJoined(msg); ok {
+			if w.rounds[p.Round] == nil {
+				w.rounds[p.Round] = map[string]bool{}
 			}
-			w.rounds[round][a.ID] = true
-			if len(w.rounds[round]) == nodes && !w.told[round] {
-				w.told[round] = true
-				w.printf("rendezvous round %d complete: %d member(s), world size %s, master %s; training", round, nodes, m[3], m[4])
+			w.rounds[p.Round][a.ID] = true
+			if len(w.rounds[p.Round]) == p.NNodes && !w.told[p.Round] {
+				w.told[p.Round] = true
+				w.printf("rendezvous round %d complete: %d member(s), world size %d, master %s; training",
+					p.Round, p.NNodes, p.WorldSize, p.Master)
 			}
 		}
 	case api.TaskDriverFailure, api.TaskSetupFailure, api.TaskFailedValidation, api.TaskKilled, api.TaskNotRestarting:
 		w.printf("%s: %s: %s", a.Name, e.Type, msg)
+	}
+}
+
+// follow prints a member's stdout, each line prefixed with its name, until
+// ctx ends (the job ended or the user stopped watching).
+func (w *watcher) follow(ctx context.Context, a *api.AllocationListStub) {
+	w.streams.Add(1)
+	go func() {
+		defer w.streams.Done()
+		alloc, err := w.api.Allocation(a.ID)
+		if err != nil {
+			return
+		}
+		w.stream(ctx, alloc, a.Name, true)
+	}()
+}
+
+// stream prints a member's stdout lines from the first one not yet shown.
+func (w *watcher) stream(ctx context.Context, alloc *api.Allocation, name string, follow bool) {
+	w.mu.Lock()
+	skip := w.printed[alloc.ID]
+	w.mu.Unlock()
+	seen := 0
+	_ = gpujobs.StreamLines(ctx, w.api, alloc, "train", "stdout", follow, func(line string) {
+		seen += len(line) + 1
+		if seen <= skip {
+			return
+		}
+		w.mu.Lock()
+		w.printed[alloc.ID] = seen
+		w.mu.Unlock()
+		fmt.Fprintln(w.out, "["+name+"] "+line)
+	})
+}
+
+// catchUp prints the rest of every followed member's stdout.
+func (w *watcher) catchUp(ctx context.Context) {
+	if !w.logs {
+		return
+	}
+	ids := make([]string, 0, len(w.seen))
+	for id := range w.seen {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		alloc, err := w.api.Allocation(id)
+		if err != nil {
+			continue
+		}
+		w.stream(ctx, alloc, alloc.Name, false)
 	}
 }
 
@@ -165,7 +241,7 @@ func lastDriverEvent(a *api.AllocationListStub) string {
 
 // result prints how the job ended and the training result if rank 0
 // printed one.
-func (w *watcher) result(allocs []*api.AllocationListStub, o outcome) {
+func (w *watcher) result(ctx context.Context, allocs []*api.AllocationListStub, o outcome) {
 	took := w.now().Sub(w.start).Round(100 * time.Millisecond)
 	if !o.ok {
 		w.printf("failed after %s: %s", took, o.reason)
@@ -173,44 +249,30 @@ func (w *watcher) result(allocs []*api.AllocationListStub, o outcome) {
 		w.printf("complete in %s", took)
 	}
 	for _, a := range allocs {
-		r, ok := w.trainingResult(a.ID)
+		r, ok := w.trainingResult(ctx, a.ID)
 		if !ok {
 			continue
 		}
+		num := func(k string) float64 { v, _ := gpujobs.ResultNumber(r, k); return v }
 		fmt.Fprintf(w.out, "result: accuracy %.4f, F1 %.4f, wall time %.1fs, world size %d, restarts %d\n",
-			r.Accuracy, r.F1, r.WallSeconds, r.WorldSize, r.RestartCount)
+			num("accuracy"), num("f1"), num("wall_seconds"), int(num("world_size")), int(num("restart_count")))
 		break
 	}
 	fmt.Fprintf(w.out, "look further: gpujob status %s · gpujob logs %s · %s/ui/jobs/%s\n", w.job, w.job, w.api.Address(), w.job)
 }
 
-// trainingResult is the workload's last line.
-type trainingResult struct {
-	Accuracy     float64 `json:"accuracy"`
-	F1           float64 `json:"f1"`
-	WallSeconds  float64 `json:"wall_seconds"`
-	WorldSize    int     `json:"world_size"`
-	RestartCount int     `json:"restart_count"`
-}
-
-func (w *watcher) trainingResult(allocID string) (trainingResult, bool) {
+// trainingResult reads rank 0's result line from an allocation's log.
+func (w *watcher) trainingResult(ctx context.Context, allocID string) (map[string]any, bool) {
 	alloc, err := w.api.Allocation(allocID)
 	if err != nil {
-		return trainingResult{}, false
+		return nil, false
 	}
-	cancel := make(chan struct{})
-	defer close(cancel)
-	log, err := readAll(w.api.Logs(alloc, "train", "stdout", false, cancel))
+	log, err := gpujobs.ReadLog(ctx, w.api, alloc, "train", "stdout", 64<<10)
 	if err != nil {
-		return trainingResult{}, false
+		return nil, false
 	}
-	i := strings.LastIndex(log, "gpujob-result: ")
-	if i < 0 {
-		return trainingResult{}, false
-	}
-	line := strings.SplitN(log[i+len("gpujob-result: "):], "\n", 2)[0]
-	var r trainingResult
-	return r, json.Unmarshal([]byte(line), &r) == nil
+	_, result := gpujobs.Scan(log)
+	return result, result != nil
 }
 
 func (w *watcher) printf(format string, args ...any) {
