@@ -167,25 +167,13 @@ func (r *Rendezvous) decide(s snapshot, view *memberView, members []Member, lcRo
 // watchMembers long-polls P/m/ and hands the latest view to the coordinator,
 // dropping views it has not consumed yet (only the newest matters).
 func (r *Rendezvous) watchMembers(ctx context.Context, out chan memberView) {
-	var idx uint64
-	for ctx.Err() == nil {
-		pairs, meta, err := r.kv.List(r.key(memberPfx), (&api.QueryOptions{WaitIndex: idx, WaitTime: blockWait}).WithContext(ctx))
-		if err != nil {
-			if !sleepCtx(ctx, errorBackoff) {
-				return
-			}
-			continue
-		}
-		if meta.LastIndex < idx {
-			idx = 0
-		} else {
-			idx = meta.LastIndex
-		}
+	r.watchPrefix(ctx, memberPfx, func(pairs api.KVPairs) bool {
 		v := parseMembers(r.base, pairs)
 		select {
 		case <-out:
 		default:
 		}
 		out <- v
-	}
+		return true
+	})
 }

@@ -253,9 +253,24 @@ func (r *Rendezvous) publish(s snapshot) {
 // watchControl long-polls P/ctl/ and publishes every change. It is the only
 // request a non-coordinating member keeps outstanding.
 func (r *Rendezvous) watchControl(ctx context.Context) {
+	r.watchPrefix(ctx, ctlPrefix, func(pairs api.KVPairs) bool {
+		s, err := parseControl(r.base, pairs)
+		if err != nil {
+			// A corrupt record is not something waiting fixes; surface it.
+			r.setLost(fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err))
+			return false
+		}
+		r.publish(s)
+		return true
+	})
+}
+
+// watchPrefix long-polls the KV prefix rel with blocking queries and hands
+// every answer to changed until ctx ends or changed returns false.
+func (r *Rendezvous) watchPrefix(ctx context.Context, rel string, changed func(api.KVPairs) bool) {
 	var idx uint64
 	for ctx.Err() == nil {
-		pairs, meta, err := r.kv.List(r.key(ctlPrefix), (&api.QueryOptions{WaitIndex: idx, WaitTime: blockWait}).WithContext(ctx))
+		pairs, meta, err := r.kv.List(r.key(rel), (&api.QueryOptions{WaitIndex: idx, WaitTime: blockWait}).WithContext(ctx))
 		if err != nil {
 			if !sleepCtx(ctx, errorBackoff) {
 				return
@@ -269,13 +284,9 @@ func (r *Rendezvous) watchControl(ctx context.Context) {
 		} else {
 			idx = meta.LastIndex
 		}
-		s, err := parseControl(r.base, pairs)
-		if err != nil {
-			// A corrupt record is not something waiting fixes; surface it.
-			r.setLost(fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err))
+		if !changed(pairs) {
 			return
 		}
-		r.publish(s)
 	}
 }
 

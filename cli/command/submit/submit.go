@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -69,8 +70,7 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 			return run(cmd.Context(), f, o, args[0])
 		},
 	}
-	cmd.Flags().StringArrayVar(&o.vars, "var", nil, "set a spec variable (`key=value`), repeatable")
-	cmd.Flags().StringArrayVar(&o.varFiles, "var-file", nil, "read spec variables from an HCL `file`, repeatable")
+	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
 	cmd.Flags().BoolVar(&o.noQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
 	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
 	cmd.Flags().BoolVar(&o.logs, "logs", false, "also stream every worker's stdout while watching")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
@@ -36,18 +37,11 @@ which asks Nomad.`,
 		// A spec error is not a usage error; the root prints errors.
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-			return []string{"hcl", "json"}, cobra.ShellCompDirectiveFilterFileExt
-		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(f, o, args[0])
 		},
 	}
-	cmd.Flags().StringArrayVar(&o.vars, "var", nil, "set a spec variable (`key=value`), repeatable; wins over --var-file")
-	cmd.Flags().StringArrayVar(&o.varFiles, "var-file", nil, "read spec variables from an HCL `file`, repeatable; later files win")
-	_ = cmd.RegisterFlagCompletionFunc("var-file", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{"hcl", "json"}, cobra.ShellCompDirectiveFilterFileExt
-	})
+	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
 	return cmd
 }
 
