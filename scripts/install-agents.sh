@@ -17,7 +17,7 @@ build() {
 		log "$name v$version: cached at $bin"
 		return 0
 	fi
-	log "$name v$version: building from the module proxy into $bin (6-10 minutes on 2 cores)"
+	log "$name v$version: building from the module proxy into $bin (3-4 minutes on 2 cores, once)"
 	mkdir -p "$(dirname "$bin")"
 	local start=$SECONDS
 	# Build into a temporary name and rename, so an interrupted build never
