@@ -5,25 +5,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
-	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 
 func execute(t *testing.T, f *nomadapi.Fake, args ...string) (string, string, error) {
 	t.Helper()
-	ios, _, out, errOut := iostreams.Test()
-	fac := &factory.Factory{IO: ios, Nomad: func() (nomadapi.API, error) { return f, nil }, Now: func() time.Time { return fixture.Epoch }}
-	cmd := NewCmd(fac)
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
+	return fixture.Execute(NewCmd, f, args...)
 }
 
 const (

@@ -4,27 +4,17 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
-	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 
 func execute(t *testing.T, f *nomadapi.Fake, args ...string) (string, error) {
 	t.Helper()
-	ios, _, out, errOut := iostreams.Test()
-	fac := &factory.Factory{IO: ios, Nomad: func() (nomadapi.API, error) { return f, nil }, Now: func() time.Time { return fixture.Epoch }}
-	cmd := NewCmd(fac)
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	err := cmd.Execute()
-	return out.String(), err
+	out, _, err := fixture.Execute(NewCmd, f, args...)
+	return out, err
 }
 
 func running() *nomadapi.Fake {
