@@ -101,7 +101,12 @@ func member(t testingT, h *dtestutil.DriverHarness, job string, index, port int,
 	if err := cfg.EncodeConcreteDriverConfig(&tc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.MkAllocDir(cfg, true))
+	destroy := h.MkAllocDir(cfg, true)
+	// The harness removes the alloc dir but not the temporary dir it made
+	// for it; cleanups run last-in first-out, so this one runs after.
+	parent := filepath.Dir(cfg.AllocDir)
+	t.Cleanup(func() { os.Remove(parent) })
+	t.Cleanup(destroy)
 	return cfg
 }
 
