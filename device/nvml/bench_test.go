@@ -33,3 +33,28 @@ func BenchmarkRead8(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadRealNVML is the real NVML's cost of one full sample per
+// device (every stat the plugin reports), on a machine with a GPU; it skips
+// elsewhere. scripts/gpu-check.sh runs it.
+func BenchmarkReadRealNVML(b *testing.B) {
+	lib := New()
+	if err := lib.Init(); err != nil {
+		b.Skipf("no NVIDIA driver here: %v", err)
+	}
+	defer lib.Shutdown()
+	inv, err := Collect(lib)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(inv.Devices) == 0 {
+		b.Skip("NVML lists no device")
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		for _, d := range inv.Devices {
+			Read(d.Handle)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(inv.Devices))/1e3, "µs/device")
+}
