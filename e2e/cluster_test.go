@@ -50,9 +50,15 @@ func repoRoot() string {
 	return filepath.Dir(wd)
 }
 
-// startCluster brings up a cluster off the default ports, so `make dev` and
-// the tests can run side by side.
+// startCluster brings up the package's cluster: one client of four GPUs,
+// off the default ports, so `make dev` and the tests can run side by side.
 func startCluster() *cluster {
+	return startClusterWith(1, fakeGPUsPerClient, 10000)
+}
+
+// startClusterWith brings up a cluster of clients Nomad clients with gpus
+// fake GPUs each, its ports moved by offset.
+func startClusterWith(clients, gpus, offset int) *cluster {
 	c := &cluster{repo: repoRoot()}
 	dir, err := os.MkdirTemp("", "gpujob-e2e-")
 	if err != nil {
@@ -63,10 +69,10 @@ func startCluster() *cluster {
 	cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-up.sh"))
 	cmd.Env = append(os.Environ(),
 		"GPUJOB_DEV_DIR="+c.dir,
-		"GPUJOB_DEV_PORT_OFFSET=10000",
+		fmt.Sprintf("GPUJOB_DEV_PORT_OFFSET=%d", offset),
 		"GPUJOB_DEV_BACKEND=fake",
-		fmt.Sprintf("GPUJOB_FAKE_GPUS=%d", fakeGPUsPerClient),
-		"GPUJOB_DEV_CLIENTS=1",
+		fmt.Sprintf("GPUJOB_FAKE_GPUS=%d", gpus),
+		fmt.Sprintf("GPUJOB_DEV_CLIENTS=%d", clients),
 	)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

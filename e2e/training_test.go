@@ -75,18 +75,26 @@ func (c *cluster) runTraining(t *testing.T, job *api.Job, timeout time.Duration)
 			t.Fatalf("allocation %s ended %s; stderr:\n%s", a.Name, a.ClientStatus, c.taskLog(t, a.ID, "train", "stderr"))
 		}
 		logs = append(logs, out)
-		if i := strings.Index(out, "gpujob-result: "); i >= 0 {
-			line := strings.SplitN(out[i+len("gpujob-result: "):], "\n", 2)[0]
-			if err := json.Unmarshal([]byte(line), &res); err != nil {
-				t.Fatalf("result line %q: %v", line, err)
-			}
-			found = true
+		if strings.Contains(out, "gpujob-result: ") {
+			res, found = parseResult(t, out), true
 		}
 	}
 	if !found {
 		t.Fatalf("no member printed a result line")
 	}
 	return res, logs, allocs
+}
+
+// parseResult decodes the workload's last "gpujob-result: {...}" line.
+func parseResult(t *testing.T, out string) result {
+	t.Helper()
+	i := strings.LastIndex(out, "gpujob-result: ")
+	line := strings.SplitN(out[i+len("gpujob-result: "):], "\n", 2)[0]
+	var res result
+	if err := json.Unmarshal([]byte(line), &res); err != nil {
+		t.Fatalf("result line %q: %v", line, err)
+	}
+	return res
 }
 
 var lossLine = regexp.MustCompile(`gpujob: step=(\d+) .*?rank=(\d+) loss=([0-9.]+)`)
