@@ -228,27 +228,12 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	holders := map[string]*Holder{}
-	for _, a := range allocs {
-		if a == nil || a.AllocatedResources == nil || gpujobs.Terminal(a.ClientStatus) || a.DesiredStatus == "evict" {
-			continue
-		}
-		for task, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil {
-					continue
-				}
-				for _, id := range d.DeviceIDs {
-					holders[id] = &Holder{AllocID: a.ID, AllocName: a.Name, JobID: a.JobID, Namespace: a.Namespace, Task: task}
-				}
-			}
-		}
-	}
+	holders := gpujobs.DeviceHolders(allocs)
 	for i := range gpus {
-		gpus[i].Holder = holders[gpus[i].ID]
+		if h, ok := holders[gpus[i].ID]; ok {
+			a := h.Alloc
+			gpus[i].Holder = &Holder{AllocID: a.ID, AllocName: a.Name, JobID: a.JobID, Namespace: a.Namespace, Task: h.Task}
+		}
 	}
 
 	var warnings []string

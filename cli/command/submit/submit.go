@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
@@ -156,7 +155,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 func replaceFinished(nomad nomadapi.API, out io.Writer, name string) error {
 	old, err := nomad.Job(name)
 	if err != nil {
-		if strings.Contains(err.Error(), "404") || strings.Contains(strings.ToLower(err.Error()), "not found") {
+		if gpujobs.IsNotFound(err) {
 			return nil
 		}
 		return err
@@ -209,22 +208,10 @@ func clusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 			if err != nil {
 				return nil, err
 			}
-			for _, a := range allocs {
-				if a.ClientStatus != api.AllocClientStatusPending && a.ClientStatus != api.AllocClientStatusRunning {
-					continue
-				}
-				if a.AllocatedResources == nil {
-					continue
-				}
-				for _, tr := range a.AllocatedResources.Tasks {
-					for _, d := range tr.Devices {
-						for _, id := range d.DeviceIDs {
-							if healthy[id] {
-								n.Free--
-								n.Holds[a.JobID]++
-							}
-						}
-					}
+			for id, h := range gpujobs.DeviceHolders(allocs) {
+				if healthy[id] {
+					n.Free--
+					n.Holds[h.Alloc.JobID]++
 				}
 			}
 		}
