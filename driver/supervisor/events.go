@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -72,7 +73,7 @@ func (l *eventLog) close() {
 // partial line is left for the next read; consumed is how many bytes were used.
 func ReadEvents(b []byte) (events []Event, consumed int) {
 	for {
-		i := indexByte(b[consumed:], '\n')
+		i := bytes.IndexByte(b[consumed:], '\n')
 		if i < 0 {
 			return events, consumed
 		}
@@ -82,13 +83,4 @@ func ReadEvents(b []byte) (events []Event, consumed int) {
 		}
 		consumed += i + 1
 	}
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
