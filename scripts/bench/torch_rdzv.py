@@ -15,10 +15,19 @@ For the side-by-side with gpujob's Consul rendezvous (BENCHMARKS.md). For each M
   4. seconds = (last process's return) - (barrier opening), CLOCK_MONOTONIC being
      system-wide on Linux.
 
+--sync-poll S replaces, inside each member process only (nothing on disk changes), the fixed
+1 s with which torch 1.13's dynamic rendezvous polls the store for state changes by S seconds.
+That 1 s is two constants: the sleep between polls (_delay(seconds=1) in
+_DistributedRendezvousOpExecutor.run) and the state holder's read cache, which answers a sync
+from memory while the last read is under 1 s old (_BackendRendezvousStateHolder's
+cache_duration=1); patching only the sleep would leave the polls served from a stale cache.
+This separates the protocol's cost from its polling: with S = 0.05 what is left is the store
+round trips and the compare-and-set retries.
+
 Output: one JSON line per M on stdout, e.g. {"m": 8, "seconds": 1.4, ...}.
 Every child is terminated (then killed) on exit, error or Ctrl-C.
 
-Usage: /usr/bin/python3 scripts/bench/torch_rdzv.py --m 8 32 64
+Usage: /usr/bin/python3 scripts/bench/torch_rdzv.py --m 8 32 64 [--sync-poll 0.05]
 """
 import argparse
 import json
@@ -39,7 +48,33 @@ def free_port():
         return s.getsockname()[1]
 
 
-def member(idx, endpoint, run_id, m, is_host, join_timeout, start_evt, done_evt, results):
+def patch_sync_poll(seconds):
+    """Makes torch's rendezvous poll the store every `seconds` instead of every second:
+    the sleep between polls and the lifetime of the cached state both."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    orig = dr._delay
+
+    def delay(seconds_arg):
+        # Only the state-sync poll asks for exactly 1 s; the random (0, 0.3) s back-off
+        # before a rendezvous stays torch's.
+        if not isinstance(seconds_arg, tuple) and seconds_arg == 1:
+            seconds_arg = seconds
+        orig(seconds=seconds_arg)
+
+    dr._delay = lambda seconds: delay(seconds)  # torch calls it as _delay(seconds=...)
+
+    holder_init = dr._BackendRendezvousStateHolder.__init__
+
+    def init(self, backend, settings, cache_duration=1):
+        holder_init(self, backend, settings, cache_duration=cache_duration)
+        self._cache_duration = seconds
+
+    dr._BackendRendezvousStateHolder.__init__ = init
+
+
+def member(idx, endpoint, run_id, m, is_host, join_timeout, sync_poll, start_evt, done_evt,
+           results):
     # Children die with the parent even if it is killed with SIGKILL.
     try:
         import ctypes
@@ -51,6 +86,8 @@ def member(idx, endpoint, run_id, m, is_host, join_timeout, start_evt, done_evt,
         from torch.distributed.elastic.rendezvous import RendezvousParameters
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
+        if sync_poll is not None:
+            patch_sync_poll(sync_poll)
         results.put(("ready", idx, None))
         start_evt.wait()
         t_start = time.monotonic()
@@ -88,7 +125,7 @@ def run_one(m, args):
     is_host = None if args.child_hosts else False
     procs = [ctx.Process(target=member, daemon=True,
                          args=(i, endpoint, run_id, m, is_host, args.join_timeout,
-                               start_evt, done_evt, results)) for i in range(m)]
+                               args.sync_poll, start_evt, done_evt, results)) for i in range(m)]
     try:
         t_spawn = time.monotonic()
         for p in procs:
@@ -120,6 +157,7 @@ def run_one(m, args):
                 "handler_seconds": round(handler_max, 3),
                 "startup_seconds": round(t_ready - t_spawn, 3),
                 "start_method": args.start_method,
+                "sync_poll": args.sync_poll if args.sync_poll is not None else 1.0,
                 "store_host": "child" if args.child_hosts else "parent",
                 "torch": __import__("torch").__version__}
     finally:
@@ -144,6 +182,9 @@ def main():
     ap.add_argument("--child-hosts", action="store_true",
                     help="let the members settle who hosts the store (torchrun agents on one host)")
     ap.add_argument("--join-timeout", type=int, default=300)
+    ap.add_argument("--sync-poll", type=float, default=None,
+                    help="seconds between store polls instead of torch's fixed 1 s (patched "
+                         "in the member processes)")
     args = ap.parse_args()
     if any(m < 1 for m in args.m):
         ap.error("--m values must be >= 1")

@@ -1,0 +1,164 @@
+"""Shared pieces of the benchmark harnesses in scripts/bench/.
+
+Every harness runs the configurations it compares interleaved within one invocation
+(run i measures each configuration once, in an order rotated by i, so a slow minute of
+a shared machine hits every column alike) and prints, per configuration, the median and
+the range of its runs.
+
+Processes: everything a harness starts carries BENCH_TAG=<tag of this invocation> (and
+usually BENCH_TRIAL=<trial>) in its environment, inherited by every descendant, including
+the ranks a Nomad task starts. That is how a harness finds what is left of a trial, waits
+for it to be gone, and, on exit, kills exactly its own leftovers by PID.
+"""
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
+
+
+def new_tag(prefix):
+    return f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def log(msg):
+    print(f"==> {msg}", file=sys.stderr, flush=True)
+
+
+# ---- statistics -------------------------------------------------------------------------
+
+
+def summary(values):
+    """median, min, max and n of a list of numbers (None entries are failed runs)."""
+    ok = [v for v in values if v is not None]
+    if not ok:
+        return {"n": 0, "failed": len(values)}
+    return {"median": statistics.median(ok), "min": min(ok), "max": max(ok), "n": len(ok),
+            "failed": len(values) - len(ok)}
+
+
+def fmt(s, unit="s", digits=2):
+    """'4.21 s (3.90-5.02, n=5)' from summary()."""
+    if s["n"] == 0:
+        return f"no run succeeded ({s['failed']} failed)"
+    fail = f", {s['failed']} failed" if s["failed"] else ""
+    return (f"{s['median']:.{digits}f} {unit} ({s['min']:.{digits}f}-{s['max']:.{digits}f}, "
+            f"n={s['n']}{fail})")
+
+
+def rotated(items, i):
+    """items rotated left by i: run i measures the configurations in this order."""
+    k = i % len(items)
+    return items[k:] + items[:k]
+
+
+# ---- processes ----------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pids_with_env(key, value):
+    """PIDs of live processes whose environment holds key=value."""
+    want = f"{key}={value}".encode()
+    me = os.getpid()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/stat", "rb") as f:
+                state = f.read().rsplit(b") ", 1)[1][:1]
+        except OSError:
+            continue
+        if want in env and state != b"Z":
+            out.append(int(d))
+    return out
+
+
+def wait_gone(key, value, timeout):
+    """Waits until no process carries key=value; kills what is left after timeout.
+    Returns the PIDs that had to be killed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pids_with_env(key, value):
+            return []
+        time.sleep(0.1)
+    left = pids_with_env(key, value)
+    kill_pids(left)
+    return left
+
+
+def kill_pids(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_tagged(tag):
+    """SIGKILLs every process of this invocation (by PID), until none is left."""
+    for _ in range(20):
+        left = pids_with_env("BENCH_TAG", tag)
+        if not left:
+            return
+        kill_pids(left)
+        time.sleep(0.1)
+
+
+def exit_on_signals():
+    """SIGTERM/SIGHUP raise SystemExit so finally blocks (cleanup) run."""
+    def handler(signum, _frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
+
+
+# ---- Nomad (the dev cluster scripts/bench/with-dev-cluster.sh started) ---------------------
+
+
+class Nomad:
+    def __init__(self):
+        self.addr = os.environ["NOMAD_ADDR"]
+        self.bin = os.environ.get("NOMAD_BIN") or "nomad"
+
+    def get(self, path):
+        with urllib.request.urlopen(self.addr + path, timeout=60) as r:
+            return json.load(r)
+
+    def run(self, hcl):
+        """`nomad job run -detach` of the HCL text; returns when the CLI returns."""
+        p = subprocess.run([self.bin, "job", "run", "-detach", "-"], input=hcl.encode(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            raise RuntimeError(f"nomad job run: {p.stdout.decode(errors='replace')}")
+
+    def stop(self, job):
+        subprocess.run([self.bin, "job", "stop", "-purge", "-detach", job],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def allocs(self, job):
+        try:
+            return self.get(f"/v1/job/{job}/allocations")
+        except OSError:
+            return []
+
+    def failed_allocs(self, job):
+        return [a for a in self.allocs(job) if a.get("ClientStatus") in ("failed", "lost")]
+
+
+def hcl_str(s):
+    return json.dumps(s)  # a JSON string is a valid HCL string

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Gang start: `nomad job run` -> every process of N members running, gpujob vs raw_exec.
+
+One Nomad job per trial: one group of count = N, the same network block (one dynamic port
+"rdzv") and the same CPU-only resources for both drivers; its task runs
+
+    /bin/sh -c 'date +%s.%N > $BENCH_DIR/$NOMAD_ALLOC_ID; exec sleep 300'
+
+directly under raw_exec, or as the single rank (nproc_per_node = 1) of a gpujob member, which
+starts it only once all N members have met in the Consul rendezvous. The figure is the time
+from just before `nomad job run -detach` is executed to the last of the N timestamps. The job
+is then stopped and purged, and the next trial starts only once every process of this one is
+gone. Each run measures every N with both drivers, in an order rotated by the run number.
+
+Run it through the wrapper (which starts and stops the dev cluster):
+
+    scripts/bench/gang-start.sh [--runs 5] [--n 2,8,16]
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the checkout
+import benchlib as bl  # noqa: E402
+
+DRIVERS = ["gpujob", "raw_exec"]
+TASK = 'date +%s.%N > "$BENCH_DIR/$NOMAD_ALLOC_ID"; exec sleep 300'
+
+
+def job_hcl(job, driver, n, env):
+    if driver == "gpujob":
+        config = f"""        command        = "/bin/sh"
+        args           = ["-c", {bl.hcl_str(TASK)}]
+        nproc_per_node = 1
+        max_restarts   = 0
+        rendezvous {{
+          nnodes       = "{n}"
+          port         = "rdzv"
+          join_timeout = "2m"
+        }}"""
+    else:
+        config = f"""        command = "/bin/sh"
+        args    = ["-c", {bl.hcl_str(TASK)}]"""
+    envs = "\n".join(f"        {k} = {bl.hcl_str(v)}" for k, v in env.items())
+    return f"""
+job "{job}" {{
+  datacenters = ["*"]
+  type        = "batch"
+  group "g" {{
+    count = {n}
+    network {{
+      port "rdzv" {{}}
+    }}
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    reschedule {{
+      attempts  = 0
+      unlimited = false
+    }}
+    task "t" {{
+      driver = "{driver}"
+      config {{
+{config}
+      }}
+      env {{
+{envs}
+      }}
+      resources {{
+        cpu    = 20
+        memory = 64
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def one(nomad, a, tag, trial, driver, n, out_dir, cleanup):
+    env = {"BENCH_TAG": tag, "BENCH_TRIAL": trial, "BENCH_DIR": out_dir}
+    hcl = job_hcl(trial, driver, n, env)
+    cleanup.append(lambda: nomad.stop(trial))
+    t0 = time.time()
+    nomad.run(hcl)
+    deadline = time.monotonic() + a.timeout
+    last_check = 0.0
+    while True:
+        names = os.listdir(out_dir)
+        if len(names) >= n:
+            stamps = []
+            for name in names:
+                with open(os.path.join(out_dir, name)) as f:
+                    text = f.read().strip()
+                if not text:  # written but not yet flushed
+                    break
+                stamps.append(float(text))
+            if len(stamps) == n:
+                return max(stamps) - t0
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(names)} of {n} processes started after {a.timeout}s")
+        if time.monotonic() - last_check > 2:
+            last_check = time.monotonic()
+            failed = nomad.failed_allocs(trial)
+            if failed:
+                raise RuntimeError(f"{len(failed)} allocation(s) failed, e.g. "
+                                   f"{failed[0].get('TaskStates')}")
+        time.sleep(0.02)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--n", default="2,8,16", help="member counts, comma separated")
+    ap.add_argument("--drivers", default=",".join(DRIVERS))
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--json", help="also write the figures here")
+    a = ap.parse_args()
+    ns = [int(x) for x in a.n.split(",") if x]
+    drivers = [d for d in a.drivers.split(",") if d]
+    if a.runs < 1 or not ns or min(ns) < 1 or any(d not in DRIVERS for d in drivers):
+        ap.error(f"--runs >= 1, --n a list of counts >= 1, --drivers from {DRIVERS}")
+    bl.exit_on_signals()
+    nomad = bl.Nomad()
+    tag = bl.new_tag("bench-gang")
+    scratch = tempfile.mkdtemp(prefix=tag + "-")
+    os.chmod(scratch, 0o755)
+    figures = {(d, n): [] for n in ns for d in drivers}
+    try:
+        for i in range(a.runs):
+            for n in ns:
+                for driver in bl.rotated(drivers, i):
+                    trial = f"{tag}-{driver.replace('_', '-')}-{n}-{i}"
+                    out_dir = os.path.join(scratch, trial)
+                    os.makedirs(out_dir)
+                    os.chmod(out_dir, 0o777)
+                    cleanup = []
+                    try:
+                        v = one(nomad, a, tag, trial, driver, n, out_dir, cleanup)
+                        bl.log(f"run {i + 1}/{a.runs} N={n} {driver}: {v:.3f} s")
+                    except Exception as e:
+                        v = None
+                        bl.log(f"run {i + 1}/{a.runs} N={n} {driver}: FAILED: "
+                               f"{type(e).__name__}: {e}")
+                    finally:
+                        for f in cleanup:
+                            f()
+                        left = bl.wait_gone("BENCH_TRIAL", trial, 60)
+                        if left:
+                            bl.log(f"killed {len(left)} process(es) left 60 s after the stop")
+                    figures[(driver, n)].append(v)
+    finally:
+        bl.kill_tagged(tag)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print(f"\nGang start: `nomad job run` -> every process of N members running "
+          f"(median (min-max) of {a.runs} interleaved runs):\n")
+    print("| N | " + " | ".join(drivers) + (" | gpujob - raw_exec (medians) |" if len(drivers) == 2 else " |"))
+    print("| --- |" + " --- |" * (len(drivers) + (len(drivers) == 2)))
+    rows = []
+    for n in ns:
+        s = {d: bl.summary(figures[(d, n)]) for d in drivers}
+        cells = [bl.fmt(s[d]) for d in drivers]
+        if len(drivers) == 2:
+            g, r = s["gpujob"], s["raw_exec"]
+            if g["n"] and r["n"]:
+                d = g["median"] - r["median"]
+                cells.append(f"{d:+.2f} s (target <= +0.5 s: {'met' if d <= 0.5 else 'NOT met'})")
+            else:
+                cells.append("-")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+        rows.append({"n": n, "raw": {d: figures[(d, n)] for d in drivers}, "summary": s})
+    out = {"bench": "gang-start", "runs": a.runs, "rows": rows}
+    print(json.dumps(out))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh)
+    return 0 if all(bl.summary(v)["n"] for v in figures.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
