@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
-	"github.com/gpujob/gpujob/internal/taskevent"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 func execute(t *testing.T, f *nomadapi.Fake, args ...string) (string, string, error) {
