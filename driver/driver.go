@@ -390,7 +390,9 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	}
 	if err := h.exec.Shutdown(signal, timeout); err != nil {
 		if h.pluginClient.Exited() {
-			killLeftovers(h.logger, h.groupsFile)
+			if !processAlive(h.pid, h.pidStart) {
+				killLeftovers(h.logger, h.groupsFile)
+			}
 			return nil
 		}
 		return fmt.Errorf("stopping the supervisor: %w", err)
