@@ -43,8 +43,10 @@ type Spec struct {
 	LastCall    Duration `json:"last_call"`
 	MaxRestarts int      `json:"max_restarts"`
 
-	CheckpointDir string   `json:"checkpoint_dir"`
-	StopGrace     Duration `json:"stop_grace"` // SIGTERM to SIGKILL for worker process groups
+	CheckpointDir string `json:"checkpoint_dir"`
+	// StopGrace is SIGTERM to SIGKILL for the ranks when a round ends, and
+	// when Nomad stops the task without the driver recording a deadline.
+	StopGrace Duration `json:"stop_grace"`
 
 	Consul ConsulSpec `json:"consul"`
 	// EventsFile receives one JSON line per milestone; the driver turns

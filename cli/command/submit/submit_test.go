@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func cluster(t *testing.T) *nomadapi.Fake {
 		Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Tesla T4", Instances: devs}},
 	}})
 	f.ParseHCLFunc = func(hcl, vars string) (*api.Job, error) {
-		if !strings.Contains(hcl, `driver = "gpujob"`) {
+		if !regexp.MustCompile(`driver\s*= "gpujob"`).MatchString(hcl) {
 			t.Errorf("ParseHCL got something other than a rendered gpujob jobspec:\n%s", hcl)
 		}
 		id, count := "bert", 2
