@@ -293,7 +293,7 @@ func TestSupervisorFailsWhenItCannotReportAFailure(t *testing.T) {
 		t.Fatalf("code %d after %d joins, want 1 after 1; events:\n%s", code, coord.joins, messages(events))
 	}
 	last := events[len(events)-1]
-	if last.Kind != taskevent.Failed || !strings.Contains(last.Failure.Reason, "rank 0 exited 4; reporting it to the group failed") {
+	if last.Kind != taskevent.Failed || !strings.Contains(last.Failure.Reason, "exited 4; reporting it to the group failed") {
 		t.Errorf("last event %+v", last)
 	}
 }
