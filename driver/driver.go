@@ -195,6 +195,13 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err := os.MkdirAll(private, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("preparing %s: %w", private, err)
 	}
+	// A task restarted in place (nomad alloc restart) keeps its private
+	// directory: the last run's stop deadline and rank groups are not this one's.
+	for _, stale := range []string{spec.StopDeadlineFile, spec.GroupsFile} {
+		if err := os.Remove(stale); err != nil && !os.IsNotExist(err) {
+			return nil, nil, fmt.Errorf("clearing %s: %w", stale, err)
+		}
+	}
 	specPath := filepath.Join(private, specFileName)
 	if err := supervisor.WriteSpec(specPath, spec); err != nil {
 		return nil, nil, err
