@@ -28,6 +28,7 @@ import (
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 const (
@@ -60,6 +61,9 @@ type Driver struct {
 	tasks   *taskStore
 	// self is the plugin binary, which the executor runs as the supervisor.
 	self string
+	// cgroups puts each task in its own cgroup, which the executor kills
+	// whole; only root can. Without, the driver kills what the ranks leave.
+	cgroups bool
 
 	mu          sync.Mutex
 	config      *Config
@@ -78,6 +82,7 @@ func New(logger hclog.Logger, self string) *Driver {
 		cancel:  cancel,
 		tasks:   newTaskStore(),
 		self:    self,
+		cgroups: runtime.GOOS == "linux" && syscall.Geteuid() == 0,
 	}
 }
 
@@ -190,6 +195,13 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err := os.MkdirAll(private, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("preparing %s: %w", private, err)
 	}
+	// A task restarted in place (nomad alloc restart) keeps its private
+	// directory: the last run's stop deadline and rank groups are not this one's.
+	for _, stale := range []string{spec.StopDeadlineFile, spec.GroupsFile} {
+		if err := os.Remove(stale); err != nil && !os.IsNotExist(err) {
+			return nil, nil, fmt.Errorf("clearing %s: %w", stale, err)
+		}
+	}
 	specPath := filepath.Join(private, specFileName)
 	if err := supervisor.WriteSpec(specPath, spec); err != nil {
 		return nil, nil, err
@@ -212,7 +224,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		// stats and a stop cover all of them. Without device isolation the
 		// /dev/nvidia* nodes stay usable under cgroups v2 (nomad#17200 is
 		// about the isolating executor's device allow-list).
-		BasicProcessCgroup: runtime.GOOS == "linux" && syscall.Geteuid() == 0,
+		// Without them (a client that is not root), the ranks' own process
+		// groups outlive a stop of the supervisor's: the ranks die with the
+		// supervisor (parent-death signal) and the driver kills their
+		// groups once it is gone (killLeftovers).
+		BasicProcessCgroup: d.cgroups,
 		TaskDir:            cfg.TaskDir().Dir,
 		StdoutPath:         cfg.StdoutPath,
 		StderrPath:         cfg.StderrPath,
@@ -223,15 +239,20 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		return nil, nil, fmt.Errorf("launching the supervisor: %w", err)
 	}
 
-	h := d.newHandle(cfg, exec, pluginClient, ps.Pid, time.Now().Round(time.Millisecond), logger)
+	// Its start time tells the supervisor from a later process given the
+	// same PID, when the driver decides whether it is gone.
+	superStart, _ := supervisor.ProcessStart(ps.Pid)
+	h := d.newHandle(cfg, exec, pluginClient, ps.Pid, superStart, time.Now().Round(time.Millisecond), spec.GroupsFile, logger)
 	handle := drivers.NewTaskHandle(taskHandleVersion)
 	handle.Config = cfg
 	state := TaskState{
 		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(pluginClient.ReattachConfig()),
 		TaskConfig:     cfg,
 		Pid:            ps.Pid,
+		PidStartTicks:  superStart,
 		StartedAt:      h.startedAt,
 		EventsFile:     spec.EventsFile,
+		GroupsFile:     spec.GroupsFile,
 	}
 	if err := handle.SetDriverState(&state); err != nil {
 		_ = exec.Shutdown("", 0)
@@ -243,11 +264,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	return handle, nil, nil
 }
 
-func (d *Driver) newHandle(cfg *drivers.TaskConfig, exec executor.Executor, pc *plugin.Client, pid int,
-	started time.Time, logger hclog.Logger) *taskHandle {
+func (d *Driver) newHandle(cfg *drivers.TaskConfig, exec executor.Executor, pc *plugin.Client, pid int, pidStart uint64,
+	started time.Time, groupsFile string, logger hclog.Logger) *taskHandle {
 	return &taskHandle{
-		exec: exec, pluginClient: pc, pid: pid, logger: logger, taskConfig: cfg, startedAt: started,
-		procState: drivers.TaskStateRunning, doneCh: make(chan struct{}),
+		exec: exec, pluginClient: pc, pid: pid, pidStart: pidStart, groupsFile: groupsFile, logger: logger,
+		taskConfig: cfg, startedAt: started, procState: drivers.TaskStateRunning, doneCh: make(chan struct{}),
 	}
 }
 
@@ -259,7 +280,7 @@ func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		err := followEvents(ctx, eventsFile, offset, func(e supervisor.Event) {
+		err := followEvents(ctx, eventsFile, offset, func(e taskevent.Event) {
 			d.emit(h.taskConfig, e)
 		})
 		if err != nil {
@@ -273,20 +294,21 @@ func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
 	}()
 }
 
-// emit turns a supervisor event into a Nomad task event.
-func (d *Driver) emit(cfg *drivers.TaskConfig, e supervisor.Event) {
+// emit turns a supervisor event into a Nomad task event: the message for
+// people, and the event's fields as annotations, which the Nomad client
+// stores as the task event's Details for the CLI (taskevent.Decode).
+func (d *Driver) emit(cfg *drivers.TaskConfig, e taskevent.Event) {
+	msg := e.Message
+	if msg == "" {
+		msg = e.Describe()
+	}
 	_ = d.eventer.EmitEvent(&drivers.TaskEvent{
-		TaskID:    cfg.ID,
-		TaskName:  cfg.Name,
-		AllocID:   cfg.AllocID,
-		Timestamp: e.Time,
-		Message:   e.Message,
-		Annotations: map[string]string{
-			"kind":      e.Kind,
-			"round":     fmt.Sprint(e.Round),
-			"node_rank": fmt.Sprint(e.NodeRank),
-			"restarts":  fmt.Sprint(e.Restarts),
-		},
+		TaskID:      cfg.ID,
+		TaskName:    cfg.Name,
+		AllocID:     cfg.AllocID,
+		Timestamp:   e.Time,
+		Message:     msg,
+		Annotations: e.Encode(),
 	})
 }
 
@@ -306,11 +328,19 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 		return fmt.Errorf("reading the executor's reattach config: %w", err)
 	}
 	logger := d.logger.With("task", handle.Config.Name, "alloc_id", handle.Config.AllocID)
+	groupsFile := state.GroupsFile
+	if groupsFile == "" && state.EventsFile != "" { // state of an older driver
+		groupsFile = filepath.Join(filepath.Dir(state.EventsFile), groupsFileName)
+	}
 	exec, pluginClient, err := executor.ReattachToExecutor(rc, logger)
 	if err != nil {
+		// Nomad gives the task up; whatever its ranks left must go too.
+		if !processAlive(state.Pid, state.PidStartTicks) {
+			killLeftovers(logger, groupsFile)
+		}
 		return fmt.Errorf("reattaching to the executor: %w", err)
 	}
-	h := d.newHandle(state.TaskConfig, exec, pluginClient, state.Pid, state.StartedAt, logger)
+	h := d.newHandle(state.TaskConfig, exec, pluginClient, state.Pid, state.PidStartTicks, state.StartedAt, groupsFile, logger)
 	d.tasks.Set(state.TaskConfig.ID, h)
 	// Events written while the client was down were already reported, or
 	// are stale: follow from the end.
@@ -347,8 +377,10 @@ func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *drivers.E
 }
 
 // StopTask signals the supervisor, which stops its workers (SIGTERM, grace,
-// SIGKILL) and leaves the group before exiting; the executor kills whatever
-// is left after timeout.
+// SIGKILL) and leaves the group before exiting, all within timeout (the
+// task's kill_timeout): the driver first tells it when the executor's
+// SIGKILL will come. Once the supervisor is gone, the driver kills whatever
+// its ranks left (the handle does, as it sees it exit).
 func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) error {
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
@@ -357,8 +389,17 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	if signal == "" {
 		signal = "SIGTERM"
 	}
+	if path := stopDeadlinePath(h.groupsFile); path != "" {
+		if err := supervisor.WriteStopDeadline(path, time.Now().Add(timeout)); err != nil {
+			// The supervisor falls back to its fixed grace.
+			h.logger.Warn("the supervisor will not know the kill timeout", "error", err)
+		}
+	}
 	if err := h.exec.Shutdown(signal, timeout); err != nil {
 		if h.pluginClient.Exited() {
+			if !processAlive(h.pid, h.pidStart) {
+				killLeftovers(h.logger, h.groupsFile)
+			}
 			return nil
 		}
 		return fmt.Errorf("stopping the supervisor: %w", err)
@@ -366,6 +407,15 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	<-h.doneCh
 	h.pluginClient.Kill()
 	return nil
+}
+
+// stopDeadlinePath is the stop deadline file beside the groups file (both in
+// the task's private directory).
+func stopDeadlinePath(groupsFile string) string {
+	if groupsFile == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(groupsFile), stopDeadlineFileName)
 }
 
 func (d *Driver) DestroyTask(taskID string, force bool) error {
@@ -381,6 +431,9 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 			h.logger.Error("destroying the executor failed", "error", err)
 		}
 		h.pluginClient.Kill()
+	}
+	if !processAlive(h.pid, h.pidStart) {
+		killLeftovers(h.logger, h.groupsFile)
 	}
 	if h.stopEvents != nil {
 		h.stopEvents()
@@ -412,7 +465,8 @@ func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, err
 }
 
 // SignalTask signals the supervisor, which passes the signal on to every
-// local worker's process group.
+// local rank process (not its process group: the rank decides whether its
+// children hear of it).
 func (d *Driver) SignalTask(taskID string, signal string) error {
 	h, ok := d.tasks.Get(taskID)
 	if !ok {

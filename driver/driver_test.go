@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	mtesting "github.com/mitchellh/go-testing-interface"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/taskevent"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
 
@@ -54,11 +56,18 @@ func TestMain(m *testing.M) {
 // the test Consul.
 func harness(t testingT, cfg Config) *dtestutil.DriverHarness {
 	t.Helper()
+	return harnessWith(t, cfg, func(*Driver) {})
+}
+
+// harnessWith is harness with the driver adjusted by tweak first.
+func harnessWith(t testingT, cfg Config, tweak func(*Driver)) *dtestutil.DriverHarness {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := New(testlog.HCLogger(t), self)
+	tweak(d)
 	// No h.Kill on cleanup: it stops the in-memory gRPC server while
 	// go-plugin's own shutdown handler does the same, a data race inside
 	// go-plugin v1.4.10 that -race reports. The server dies with the test
@@ -194,11 +203,15 @@ func consulEmpty(t testingT, run string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sessions) != 0 {
-		var names []string
-		for _, s := range sessions {
+	// Only this run's: a test that kills a supervisor leaves its session
+	// to expire with its TTL.
+	var names []string
+	for _, s := range sessions {
+		if strings.Contains(s.Name, " "+run+" ") {
 			names = append(names, s.Name)
 		}
+	}
+	if len(names) != 0 {
 		t.Errorf("sessions left in Consul: %v", names)
 	}
 }
@@ -298,7 +311,15 @@ collect:
 		select {
 		case e := <-events:
 			msgs = append(msgs, e.Message)
-			if strings.Contains(strings.Join(msgs, "\n"), "rank 2 exited 7: restarting group, 1 of 2 restarts left") {
+			te, ok := taskevent.Decode(e.Annotations)
+			if !ok {
+				t.Fatalf("event %q carries no structured details: %v", e.Message, e.Annotations)
+			}
+			if te.Kind == taskevent.Restarting && !te.Remote {
+				want := taskevent.Failure{Member: "restart.g[1]", Reason: "rank 2 exited 7", ExitCode: 7}
+				if te.Failure != want || te.Restarts != 0 || te.MaxRestarts != 2 || te.Describe() != e.Message {
+					t.Errorf("restart event %+v, message %q", te, e.Message)
+				}
 				break collect
 			}
 		case <-timeout:
@@ -425,4 +446,127 @@ func TestRunningTaskStatsSignalAndExec(t *testing.T) {
 		t.Fatalf("after stop: %v %+v", err, status)
 	}
 	consulEmpty(t, "default/running")
+}
+
+// withoutCgroups is a client that is not root: the executor puts no cgroup
+// around the task and only kills the supervisor's process group.
+func withoutCgroups(d *Driver) { d.cgroups = false }
+
+// leftovers are the processes a test's ranks wrote to OUT/<name>.<rank>.
+func leftovers(t *testing.T, out string) []int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(out, "*.*"))
+	var pids []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		var pid int
+		if _, err := fmt.Sscan(string(b), &pid); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// alive are those of pids still running (zombies have exited).
+func alive(pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil && !supervisor.IsZombie(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// startRanksWithChildren starts a one-member task whose two ranks each
+// leave a child in their process group; it returns when the ranks and
+// children have written their PIDs (4 files in out).
+func startRanksWithChildren(t *testing.T, h *dtestutil.DriverHarness, job, script string) (*drivers.TaskConfig, string) {
+	t.Helper()
+	out := t.TempDir()
+	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2, Args: []string{"-c", script}, Env: []map[string]string{{"OUT": out}}}
+	cfg := member(t, h, job, 0, ports(t, 1)[0], tc)
+	if _, _, err := h.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.DestroyTask(cfg.ID, true) })
+	deadline := time.Now().Add(15 * time.Second)
+	for len(leftovers(t, out)) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks did not start; stderr:\n%s", stderr(t, cfg))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cfg, out
+}
+
+// noneAlive fails the test unless every PID is gone within wait.
+func noneAlive(t *testing.T, pids []int, wait time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for len(alive(pids)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := alive(pids); len(left) > 0 {
+		t.Errorf("processes outlived the task: %v", left)
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func TestKilledSupervisorLeavesNoRank(t *testing.T) {
+	h := harnessWith(t, Config{}, withoutCgroups)
+	// A job of its own per run: the killed member's session outlives the
+	// test by its TTL.
+	cfg, out := startRanksWithChildren(t, h, "orphans-"+uuid.Short(),
+		`sleep 300 & echo $! > "$OUT/child.$RANK"; echo $$ > "$OUT/rank.$RANK"; wait`)
+	status, err := h.InspectTask(cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(status.DriverAttributes["pid"], &pid)
+	if pid <= 1 {
+		t.Fatalf("no supervisor pid in %v", status.DriverAttributes)
+	}
+	wait, err := h.WaitTask(context.Background(), cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-wait:
+		if r.Successful() {
+			t.Errorf("a killed supervisor exited successfully: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task did not end when its supervisor was killed")
+	}
+	noneAlive(t, leftovers(t, out), 2*time.Second)
+}
+
+func TestStopEndsRanksThatIgnoreSIGTERMWithinTheTimeout(t *testing.T) {
+	h := harnessWith(t, Config{}, withoutCgroups)
+	// SIG_IGN is inherited: the ranks' children ignore SIGTERM too.
+	job := "stubborn-" + uuid.Short()
+	cfg, out := startRanksWithChildren(t, h, job,
+		`trap "" TERM; sleep 300 & echo $! > "$OUT/child.$RANK"; echo $$ > "$OUT/rank.$RANK"; while :; do sleep 0.1; done`)
+	pids := leftovers(t, out)
+	const timeout = 3 * time.Second
+	start := time.Now()
+	if err := h.StopTask(cfg.ID, timeout, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > timeout+time.Second {
+		t.Errorf("stop took %s with a %s timeout", took, timeout)
+	}
+	noneAlive(t, pids, 0)
+	status, err := h.InspectTask(cfg.ID)
+	if err != nil || status.ExitResult == nil || status.ExitResult.ExitCode != supervisor.ExitStopped {
+		t.Errorf("after stop: %v %+v; stderr:\n%s", err, status.ExitResult, stderr(t, cfg))
+	}
+	consulEmpty(t, "default/"+job)
 }

@@ -11,13 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 // followEvents calls emit for every event the supervisor appends to path,
 // from offset on, until ctx ends; then it reads what is left once more, so
 // the supervisor's last word (why it failed) is never lost. It waits on
 // inotify, not on a timer: the driver wakes when the file changes.
-func followEvents(ctx context.Context, path string, offset int64, emit func(supervisor.Event)) error {
+func followEvents(ctx context.Context, path string, offset int64, emit func(taskevent.Event)) error {
 	in, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("inotify: %w", err)
@@ -56,7 +57,7 @@ type eventReader struct {
 	partial []byte
 }
 
-func (r *eventReader) read(emit func(supervisor.Event)) {
+func (r *eventReader) read(emit func(taskevent.Event)) {
 	f, err := os.Open(r.path)
 	if err != nil {
 		return

@@ -24,8 +24,10 @@ const (
 // tmpfs there and it is not readable through the allocation file API, so the
 // spec's Consul token never reaches disk or an API caller.
 const (
-	specFileName   = "gpujob-supervisor.json"
-	eventsFileName = "gpujob-events.jsonl"
+	specFileName         = "gpujob-supervisor.json"
+	eventsFileName       = "gpujob-events.jsonl"
+	groupsFileName       = "gpujob-rank-groups.json"
+	stopDeadlineFileName = "gpujob-stop-deadline"
 )
 
 // buildSpec turns Nomad's task config and ours into the supervisor's spec.
@@ -91,31 +93,43 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	}
 	private := filepath.Join(cfg.TaskDir().Dir, "private")
 
+	// Each `gpujob submit` is a fresh run with a fresh restart budget; the
+	// members of one submission (replacements too) share its run.
+	runGroup := namespace + "/" + jobID
+	runID := runGroup
+	submission := cfg.Env["NOMAD_META_gpujob_run"]
+	if validRunName(submission) {
+		runID = runGroup + "/" + submission
+	}
+
 	consul, err := consulSpec(pc, getenv)
 	if err != nil {
 		return nil, err
 	}
 
 	s := &supervisor.Spec{
-		Command:       tc.Command,
-		Args:          tc.Args,
-		Env:           tc.envMap(),
-		Workdir:       tc.Workdir,
-		NProcPerNode:  nproc,
-		LogPrefix:     logPrefix,
-		RunID:         namespace + "/" + jobID,
-		RoleName:      "default",
-		Self:          supervisor.Member{ID: cfg.AllocID, Name: allocName, Addr: addr},
-		Expected:      expected,
-		Min:           min,
-		Max:           max,
-		JoinTimeout:   supervisor.Duration(join),
-		LastCall:      supervisor.Duration(lastCall),
-		MaxRestarts:   tc.MaxRestarts,
-		CheckpointDir: checkpointDir(pc.CheckpointRoot, namespace, jobID, cfg.Env["NOMAD_META_gpujob_run"]),
-		StopGrace:     supervisor.Duration(defaultStopGrace),
-		Consul:        consul,
-		EventsFile:    filepath.Join(private, eventsFileName),
+		Command:          tc.Command,
+		Args:             tc.Args,
+		Env:              tc.envMap(),
+		Workdir:          tc.Workdir,
+		NProcPerNode:     nproc,
+		LogPrefix:        logPrefix,
+		RunID:            runID,
+		RunGroup:         runGroup,
+		RoleName:         "default",
+		Self:             supervisor.Member{ID: cfg.AllocID, Name: allocName, Addr: addr},
+		Expected:         expected,
+		Min:              min,
+		Max:              max,
+		JoinTimeout:      supervisor.Duration(join),
+		LastCall:         supervisor.Duration(lastCall),
+		MaxRestarts:      tc.MaxRestarts,
+		CheckpointDir:    checkpointDir(pc.CheckpointRoot, namespace, jobID, submission),
+		StopGrace:        supervisor.Duration(defaultStopGrace),
+		Consul:           consul,
+		EventsFile:       filepath.Join(private, eventsFileName),
+		GroupsFile:       filepath.Join(private, groupsFileName),
+		StopDeadlineFile: filepath.Join(private, stopDeadlineFileName),
 	}
 	return s, s.Validate()
 }
@@ -213,8 +227,14 @@ func consulSpec(pc *Config, getenv func(string) string) (supervisor.ConsulSpec, 
 // which adds a level, so a resubmitted job starts fresh instead of resuming
 // its predecessor's final checkpoint.
 func checkpointDir(root, namespace, job, run string) string {
-	if run == "" || strings.ContainsAny(run, "/\\") || run == "." || run == ".." {
+	if !validRunName(run) {
 		return filepath.Join(root, namespace, job)
 	}
 	return filepath.Join(root, namespace, job, run)
+}
+
+// validRunName reports whether a gpujob_run value can name a submission: one
+// path element (it becomes a directory and a Consul key segment).
+func validRunName(run string) bool {
+	return run != "" && !strings.ContainsAny(run, "/\\") && run != "." && run != ".."
 }

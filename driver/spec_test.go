@@ -48,7 +48,10 @@ func TestBuildSpec(t *testing.T) {
 		{"max", s.Max, 4},
 		{"join timeout", time.Duration(s.JoinTimeout), 90 * time.Second},
 		{"last call default", time.Duration(s.LastCall), defaultLastCall},
-		{"run id is namespace/job", s.RunID, "ml/bert"},
+		{"run id is namespace/job without a submission stamp", s.RunID, "ml/bert"},
+		{"run group is namespace/job", s.RunGroup, "ml/bert"},
+		{"rank groups in the private dir", s.GroupsFile, "/var/nomad/alloc/a1/train/private/gpujob-rank-groups.json"},
+		{"stop deadline in the private dir", s.StopDeadlineFile, "/var/nomad/alloc/a1/train/private/gpujob-stop-deadline"},
 		{"member name", s.Self.Name, "bert.train[2]"},
 		{"member address is the labelled port on its host IP", s.Self.Addr, "10.1.2.3:24001"},
 		{"expected members", strings.Join(s.Expected, ","), "bert.train[0],bert.train[1],bert.train[2],bert.train[3]"},
@@ -89,6 +92,23 @@ func TestBuildSpecErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %v, want one naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestRunPerSubmission(t *testing.T) {
+	cfg := taskCfg()
+	cfg.Env["NOMAD_META_gpujob_run"] = "1764490000"
+	s, err := buildSpec(cfg, &TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv"}}, pluginCfg(t), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RunID != "ml/bert/1764490000" || s.RunGroup != "ml/bert" {
+		t.Errorf("run %q in group %q, want ml/bert/1764490000 in ml/bert", s.RunID, s.RunGroup)
+	}
+	cfg.Env["NOMAD_META_gpujob_run"] = "a/b"
+	s, _ = buildSpec(cfg, &TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv"}}, pluginCfg(t), noEnv)
+	if s.RunID != "ml/bert" {
+		t.Errorf("a run stamp with a path in it was used: %q", s.RunID)
 	}
 }
 

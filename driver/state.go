@@ -19,8 +19,10 @@ type TaskState struct {
 	ReattachConfig *pstructs.ReattachConfig
 	TaskConfig     *drivers.TaskConfig
 	Pid            int
+	PidStartTicks  uint64 // the supervisor's start time (/proc), 0 if unknown
 	StartedAt      time.Time
 	EventsFile     string
+	GroupsFile     string // the ranks' process groups, for killLeftovers
 }
 
 // taskStore holds the handles of the tasks this driver runs.

@@ -121,6 +121,9 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 			if task.Driver != "gpujob" {
 				t.Errorf("driver %s", task.Driver)
 			}
+			if task.KillTimeout == nil || *task.KillTimeout != render.KillTimeout {
+				t.Errorf("kill_timeout %v, want %s: room for the ranks' grace and leaving Consul", task.KillTimeout, render.KillTimeout)
+			}
 			tc := taskConfig(t, task)
 			if tc.Command != tr.Command || !reflect.DeepEqual(tc.Args, tr.Args) || tc.Workdir != tr.Workdir || tc.MaxRestarts != tr.MaxFailures {
 				t.Errorf("config %+v", tc)

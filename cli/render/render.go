@@ -22,6 +22,9 @@ import (
 const (
 	// Driver is the task driver's name (PluginInfo.Name).
 	Driver = "gpujob"
+	// KillTimeout is the training task's kill_timeout: Nomad clients'
+	// default max_kill_timeout, so no client shortens it.
+	KillTimeout = 30 * time.Second
 	// Group and Task name the one group and task of every rendered job.
 	Group = "train"
 	Task  = "train"
@@ -94,6 +97,10 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 
 	task := group.AppendNewBlock("task", []string{Task}).Body()
 	task.SetAttributeValue("driver", cty.StringVal(Driver))
+	// Nomad's default 5s is too short for a stop's cleanup: the supervisor
+	// gives most of kill_timeout to the ranks (to save a checkpoint on
+	// SIGTERM) and the rest to leaving the rendezvous in Consul.
+	task.SetAttributeValue("kill_timeout", cty.StringVal(Duration(KillTimeout)))
 	task.AppendNewline()
 
 	config := task.AppendNewBlock("config", nil).Body()

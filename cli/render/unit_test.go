@@ -29,7 +29,7 @@ func TestJobspecShapes(t *testing.T) {
 			src:  `train "x" { command = "/bin/true" }`,
 			want: []string{
 				`job "x" {`, `type        = "batch"`, `datacenters = ["*"]`, `count = 1`,
-				`port "rdzv" {`, `driver = "gpujob"`, `command      = "/bin/true"`, `max_restarts = 3`,
+				`port "rdzv" {`, `driver       = "gpujob"`, `kill_timeout = "30s"`, `command      = "/bin/true"`, `max_restarts = 3`,
 				`nnodes       = "1"`, `join_timeout = "5m"`, `cpu    = 1000`, `memory = 2048`,
 				`device "nvidia/gpu" {`, `count = 1`, `gpujob_workers         = "1"`,
 			},

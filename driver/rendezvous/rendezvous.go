@@ -34,6 +34,7 @@ type Config struct {
 	Client      *api.Client   // Consul client
 	Prefix      string        // KV prefix, default "gpujob/rendezvous"
 	RunID       string        // job-scoped id, e.g. "default/bert-a"; keys live under Prefix/RunID/
+	RunGroup    string        // placeholder until the rendezvous rework lands (issue 7): runs of one job
 	SessionTTL  time.Duration // default 10s; renewed by the member
 	Min, Max    int           // nnodes "4" => 4,4 ; "2:4" => 2,4
 	JoinTimeout time.Duration // default 5m: how long Join waits for a round to complete

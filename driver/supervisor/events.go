@@ -8,30 +8,13 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
-// Event is one milestone of the supervisor, written as a JSON line to the
-// events file; the driver turns each into a Nomad task event.
-type Event struct {
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"` // joined, restarting, succeeded, failed, stopped
-	Message  string    `json:"message"`
-	Round    int       `json:"round,omitempty"`
-	NodeRank int       `json:"node_rank"`
-	Restarts int       `json:"restarts"`
-}
-
-// Event kinds.
-const (
-	EventJoined     = "joined"
-	EventRestarting = "restarting"
-	EventSucceeded  = "succeeded"
-	EventFailed     = "failed"
-	EventStopped    = "stopped"
-)
-
-// eventLog appends events to a file and echoes them to the task's stderr, so
-// `nomad alloc logs -stderr` tells the same story as the task events.
+// eventLog appends events (taskevent.Event, one JSON line each) to a file,
+// which the driver turns into Nomad task events, and echoes them to the
+// task's stderr, so `nomad alloc logs -stderr` tells the same story.
 type eventLog struct {
 	mu   sync.Mutex
 	file *os.File
@@ -51,11 +34,14 @@ func openEventLog(path string, echo io.Writer) (*eventLog, error) {
 	return l, nil
 }
 
-func (l *eventLog) emit(e Event) {
+func (l *eventLog) emit(e taskevent.Event) {
 	e.Time = time.Now().UTC()
+	if e.Message == "" {
+		e.Message = e.Describe()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.echo, "gpujob: %s\n", e.Message)
+	fmt.Fprintln(l.echo, e.Echo())
 	if l.file == nil {
 		return
 	}
@@ -71,13 +57,13 @@ func (l *eventLog) close() {
 
 // ReadEvents decodes the events in b, a prefix of an events file; a trailing
 // partial line is left for the next read; consumed is how many bytes were used.
-func ReadEvents(b []byte) (events []Event, consumed int) {
+func ReadEvents(b []byte) (events []taskevent.Event, consumed int) {
 	for {
 		i := bytes.IndexByte(b[consumed:], '\n')
 		if i < 0 {
 			return events, consumed
 		}
-		var e Event
+		var e taskevent.Event
 		if json.Unmarshal(b[consumed:consumed+i], &e) == nil {
 			events = append(events, e)
 		}

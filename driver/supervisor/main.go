@@ -46,6 +46,7 @@ func Main(specPath string) int {
 		Client:      client,
 		Prefix:      spec.Consul.KeyPrefix,
 		RunID:       spec.RunID,
+		RunGroup:    spec.RunGroup,
 		SessionTTL:  time.Duration(spec.Consul.SessionTTL),
 		Min:         spec.Min,
 		Max:         spec.Max,
@@ -68,8 +69,15 @@ func Main(specPath string) int {
 		return 1
 	}
 	code := 1
+	var sup *Supervisor
 	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// After a stop, leaving must fit in what is left of Nomad's
+		// kill_timeout (the supervisor planned it when the stop came).
+		deadline := time.Now().Add(defaultLeaveTimeout)
+		if sup != nil {
+			deadline = sup.LeaveDeadline()
+		}
+		closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		leave := rdv.Close
 		if code == ExitStopped {
@@ -82,7 +90,7 @@ func Main(specPath string) int {
 		}
 	}()
 
-	sup, err := New(spec, rdv, os.Environ(), os.Stdout, os.Stderr)
+	sup, err = New(spec, rdv, os.Environ(), os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1

@@ -26,7 +26,13 @@ type Spec struct {
 	NProcPerNode int  `json:"nproc_per_node"`
 	LogPrefix    bool `json:"log_prefix"`
 
-	RunID    string   `json:"run_id"`    // "<namespace>/<job>"
+	// RunID names one submission's rendezvous: "<namespace>/<job>/<run>"
+	// with run the job meta gpujob_run `gpujob submit` stamps, else
+	// "<namespace>/<job>".
+	RunID string `json:"run_id"`
+	// RunGroup is "<namespace>/<job>": the runs of every submission of the
+	// job, so a new one can clear state that can never continue.
+	RunGroup string   `json:"run_group,omitempty"`
 	RoleName string   `json:"role_name"` // ROLE_NAME
 	Self     Member   `json:"self"`
 	Expected []string `json:"expected"` // allocation names that should join
@@ -37,13 +43,21 @@ type Spec struct {
 	LastCall    Duration `json:"last_call"`
 	MaxRestarts int      `json:"max_restarts"`
 
-	CheckpointDir string   `json:"checkpoint_dir"`
-	StopGrace     Duration `json:"stop_grace"` // SIGTERM to SIGKILL for worker process groups
+	CheckpointDir string `json:"checkpoint_dir"`
+	// StopGrace is SIGTERM to SIGKILL for the ranks when a round ends, and
+	// when Nomad stops the task without the driver recording a deadline.
+	StopGrace Duration `json:"stop_grace"`
 
 	Consul ConsulSpec `json:"consul"`
 	// EventsFile receives one JSON line per milestone; the driver turns
 	// them into Nomad task events.
 	EventsFile string `json:"events_file"`
+	// GroupsFile receives the ranks' process groups (ProcessGroup), for the
+	// driver to kill what is left once the supervisor is gone.
+	GroupsFile string `json:"groups_file,omitempty"`
+	// StopDeadlineFile is where the driver writes when a stop's SIGKILL
+	// comes, before it signals (WriteStopDeadline).
+	StopDeadlineFile string `json:"stop_deadline_file,omitempty"`
 }
 
 // Member identifies this allocation in the rendezvous.

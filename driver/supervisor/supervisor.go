@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 // Coordinator is what the supervisor needs of the group's rendezvous; the
-// Consul implementation is rendezvous.Rendezvous.
+// Consul implementation is rendezvous.Rendezvous. Join retries transient
+// Consul errors itself and returns only terminal ones; Fail and Done retry
+// until their context ends.
 type Coordinator interface {
 	Join(ctx context.Context) (*rendezvous.Round, error)
 	Watch(ctx context.Context, r *rendezvous.Round) <-chan rendezvous.Failure
@@ -23,6 +26,11 @@ type Coordinator interface {
 
 // ExitStopped is the supervisor's exit code when Nomad stopped the task.
 const ExitStopped = 143
+
+const (
+	defaultStopGrace   = 3 * time.Second
+	defaultJoinTimeout = 5 * time.Minute
+)
 
 // Supervisor runs one member of a training group until the group succeeds,
 // fails for good, or Nomad stops the task.
@@ -36,6 +44,8 @@ type Supervisor struct {
 	stdout io.Writer
 	stderr io.Writer
 	events *eventLog
+	// leaveBy is the deadline for leaving the group once Run returned.
+	leaveBy time.Time
 }
 
 // New returns a supervisor for spec that rendezvouses through coord and
@@ -55,69 +65,133 @@ type outcome struct {
 	failure rendezvous.Failure
 }
 
+// LeaveDeadline is when leaving the group must be done by, once Run has
+// returned: within the stop's kill_timeout after a stop, else a fixed bound.
+func (s *Supervisor) LeaveDeadline() time.Time {
+	if s.leaveBy.IsZero() {
+		return time.Now().Add(defaultLeaveTimeout)
+	}
+	return s.leaveBy
+}
+
+func (s *Supervisor) stopGrace() time.Duration {
+	if g := time.Duration(s.spec.StopGrace); g > 0 {
+		return g
+	}
+	return defaultStopGrace
+}
+
+func (s *Supervisor) joinTimeout() time.Duration {
+	if t := time.Duration(s.spec.JoinTimeout); t > 0 {
+		return t
+	}
+	return defaultJoinTimeout
+}
+
+// planStop is how this stop spends the time Nomad gives it.
+func (s *Supervisor) planStop() stopPlan {
+	deadline, ok := readStopDeadline(s.spec.StopDeadlineFile)
+	p := planStop(time.Now(), deadline, ok, s.stopGrace())
+	s.leaveBy = p.leaveBy
+	return p
+}
+
 // Run is the member's life: join a round, run the workers, restart with the
 // group until done. It returns the task's exit code.
 func (s *Supervisor) Run(ctx context.Context) int {
 	defer s.events.close()
-	grace := time.Duration(s.spec.StopGrace)
-	if grace <= 0 {
-		grace = 3 * time.Second
-	}
+	spawn := newSpawner()
+	defer spawn.close() // every path below has reaped the ranks
 	for {
 		round, err := s.coord.Join(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				s.events.emit(Event{Kind: EventStopped, Message: "stopped while waiting for the group"})
+				s.planStop()
+				s.events.emit(s.event(taskevent.Stopped, Placement{}))
 				return ExitStopped
 			}
-			s.events.emit(Event{Kind: EventFailed, Message: joinFailure(err)})
+			e := s.event(taskevent.Failed, Placement{})
+			e.Failure = taskevent.Failure{Member: s.spec.Self.Name, Reason: joinFailure(err)}
+			s.events.emit(e)
 			return 1
 		}
 		p := placement(round)
-		ranks := fmt.Sprintf("ranks %d-%d", p.RankOffset, p.RankOffset+s.spec.NProcPerNode-1)
-		if s.spec.NProcPerNode == 1 {
-			ranks = fmt.Sprintf("rank %d", p.RankOffset)
-		}
-		s.events.emit(Event{Kind: EventJoined, Round: round.Number, NodeRank: p.NodeRank, Restarts: p.Restarts,
-			Message: fmt.Sprintf("joined round %d as node %d of %d (%s of %d, master %s)",
-				round.Number, p.NodeRank, p.NNodes, ranks, p.WorldSize, p.MasterAddr)})
+		s.events.emit(s.event(taskevent.Joined, p))
 
-		w, err := startWorkers(s.spec, p, s.env, s.stdout, s.stderr)
+		w, err := startWorkers(s.spec, p, s.env, s.stdout, s.stderr, spawn.start)
 		if err != nil {
-			s.endRound(ctx, round, p, rendezvous.Failure{Member: s.spec.Self.Name, Reason: err.Error(), ExitCode: -1})
+			if code, ok := s.endRound(ctx, round, p, rendezvous.Failure{Member: s.spec.Self.Name, Reason: err.Error(), ExitCode: -1}); !ok {
+				return code
+			}
 			continue
 		}
+		s.recordGroups(w)
 		s.setCurrent(w)
 		out := s.supervise(ctx, round, w)
 		s.setCurrent(nil)
 		switch out.kind {
 		case "succeeded":
-			if err := s.coord.Done(ctx, round); err != nil {
-				fmt.Fprintf(s.stderr, "gpujob: recording success: %v\n", err)
+			// Reap what the ranks left in their groups.
+			w.stop(0)
+			e := s.event(taskevent.Succeeded, p)
+			doneCtx, cancel := context.WithTimeout(ctx, s.joinTimeout())
+			err := s.coord.Done(doneCtx, round)
+			cancel()
+			if err != nil {
+				// The ranks succeeded: that is the task's outcome. The
+				// group's other members finish on their own ranks' exits.
+				e.Warning = fmt.Sprintf("recording the success in Consul failed: %v", err)
 			}
-			msg := fmt.Sprintf("all %d local ranks exited 0", s.spec.NProcPerNode)
-			if s.spec.NProcPerNode == 1 {
-				msg = fmt.Sprintf("rank %d exited 0", p.RankOffset)
-			}
-			s.events.emit(Event{Kind: EventSucceeded, Round: round.Number, NodeRank: p.NodeRank, Restarts: p.Restarts, Message: msg})
+			s.events.emit(e)
 			return 0
 		case "stopped":
-			w.stop(grace)
-			s.events.emit(Event{Kind: EventStopped, Round: round.Number, NodeRank: p.NodeRank, Restarts: p.Restarts,
-				Message: "stopped by Nomad; local ranks stopped"})
+			w.stop(s.planStop().grace)
+			s.events.emit(s.event(taskevent.Stopped, p))
 			return ExitStopped
 		case "local":
-			w.stop(grace)
+			w.stop(s.stopGrace())
 			reason := fmt.Sprintf("rank %d exited %d", out.exit.Rank, out.exit.Code)
 			if out.exit.Err != nil {
 				reason = fmt.Sprintf("rank %d: %v", out.exit.Rank, out.exit.Err)
 			}
-			s.endRound(ctx, round, p, rendezvous.Failure{Member: s.spec.Self.Name, Reason: reason, ExitCode: out.exit.Code})
+			if code, ok := s.endRound(ctx, round, p, rendezvous.Failure{Member: s.spec.Self.Name, Reason: reason, ExitCode: out.exit.Code}); !ok {
+				return code
+			}
 		case "remote":
-			w.stop(grace)
-			s.events.emit(Event{Kind: EventRestarting, Round: round.Number, NodeRank: p.NodeRank, Restarts: p.Restarts,
-				Message: fmt.Sprintf("round %d ended by %s (%s): restarting with the group", round.Number, out.failure.Member, out.failure.Reason)})
+			w.stop(s.stopGrace())
+			e := s.event(taskevent.Restarting, p)
+			e.Remote = true
+			e.Failure = taskevent.Failure{Member: out.failure.Member, Reason: out.failure.Reason, ExitCode: out.failure.ExitCode}
+			s.events.emit(e)
 		}
+	}
+}
+
+// event is a milestone of kind in the round p describes (the zero
+// Placement before any round).
+func (s *Supervisor) event(kind taskevent.Kind, p Placement) taskevent.Event {
+	return taskevent.Event{
+		Kind:        kind,
+		Round:       p.Round,
+		NodeRank:    p.NodeRank,
+		NNodes:      p.NNodes,
+		FirstRank:   p.RankOffset,
+		LastRank:    p.RankOffset + s.spec.NProcPerNode - 1,
+		WorldSize:   p.WorldSize,
+		Master:      p.MasterAddr,
+		Restarts:    p.Restarts,
+		MaxRestarts: s.spec.MaxRestarts,
+	}
+}
+
+// recordGroups tells the driver which process groups to kill should the
+// supervisor die; failing to is worth a line, not the round.
+func (s *Supervisor) recordGroups(w *workers) {
+	if s.spec.GroupsFile == "" {
+		return
+	}
+	if err := writeGroups(s.spec.GroupsFile, w.groups); err != nil {
+		fmt.Fprintf(s.stderr, "gpujob: %v\n", err)
 	}
 }
 
@@ -127,28 +201,40 @@ func (s *Supervisor) setCurrent(w *workers) {
 	s.current = w
 }
 
-// Signal passes a signal (from `nomad alloc signal`) to every local worker's
-// process group; between rounds there is no one to receive it.
+// Signal passes a signal (from `nomad alloc signal`) to every local rank
+// process; between rounds there is no one to receive it.
 func (s *Supervisor) Signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.current != nil {
-		s.current.kill(sig)
+		s.current.signal(sig)
 	}
 }
 
 // endRound reports this member's failure to the group, which ends the round
-// for everyone and spends one restart of the shared budget.
-func (s *Supervisor) endRound(ctx context.Context, round *rendezvous.Round, p Placement, f rendezvous.Failure) {
-	left := s.spec.MaxRestarts - p.Restarts - 1
-	msg := fmt.Sprintf("%s: restarting group, %d of %d restarts left", f.Reason, max(left, 0), s.spec.MaxRestarts)
-	if left < 0 {
-		msg = fmt.Sprintf("%s: no restarts left (%d used)", f.Reason, s.spec.MaxRestarts)
+// for everyone and spends one restart of the shared budget. ok is false when
+// the member cannot go on; code is then its exit code. Reporting is bounded
+// by the join timeout: a member that cannot tell the group would otherwise
+// wait forever for a round that never comes.
+func (s *Supervisor) endRound(ctx context.Context, round *rendezvous.Round, p Placement, f rendezvous.Failure) (code int, ok bool) {
+	e := s.event(taskevent.Restarting, p)
+	e.Failure = taskevent.Failure{Member: f.Member, Reason: f.Reason, ExitCode: f.ExitCode}
+	s.events.emit(e)
+	failCtx, cancel := context.WithTimeout(ctx, s.joinTimeout())
+	defer cancel()
+	if err := s.coord.Fail(failCtx, round, f); err != nil {
+		if ctx.Err() != nil {
+			s.planStop()
+			s.events.emit(s.event(taskevent.Stopped, p))
+			return ExitStopped, false
+		}
+		failed := s.event(taskevent.Failed, p)
+		failed.Failure = taskevent.Failure{Member: f.Member, ExitCode: f.ExitCode,
+			Reason: fmt.Sprintf("%s; reporting it to the group failed: %v", f.Reason, err)}
+		s.events.emit(failed)
+		return 1, false
 	}
-	s.events.emit(Event{Kind: EventRestarting, Round: round.Number, NodeRank: p.NodeRank, Restarts: p.Restarts, Message: msg})
-	if err := s.coord.Fail(ctx, round, f); err != nil {
-		fmt.Fprintf(s.stderr, "gpujob: reporting the failure to the group: %v\n", err)
-	}
+	return 0, true
 }
 
 // supervise waits for the round to end: every local rank done, one failing,

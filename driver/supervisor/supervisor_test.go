@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 // fakeCoord is a scripted rendezvous: Join hands out rounds in order, then
@@ -21,6 +22,8 @@ type fakeCoord struct {
 	mu      sync.Mutex
 	rounds  []*rendezvous.Round
 	joinErr error
+	failErr error // what Fail returns
+	doneErr error // what Done returns
 	joins   int
 	fails   []rendezvous.Failure
 	done    int
@@ -67,19 +70,19 @@ func (c *fakeCoord) Fail(ctx context.Context, r *rendezvous.Round, f rendezvous.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fails = append(c.fails, f)
-	return nil
+	return c.failErr
 }
 
 func (c *fakeCoord) Done(ctx context.Context, r *rendezvous.Round) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.done++
-	return nil
+	return c.doneErr
 }
 
 // run runs a supervisor whose workers run script under /bin/sh; it returns
 // the exit code, the events and the directory the script may write to.
-func run(t *testing.T, ctx context.Context, coord *fakeCoord, script string) (int, []Event, string) {
+func run(t *testing.T, ctx context.Context, coord *fakeCoord, script string) (int, []taskevent.Event, string) {
 	t.Helper()
 	dir := t.TempDir()
 	spec := &Spec{Command: "/bin/sh", Args: []string{"-c", script}, NProcPerNode: 2, MaxRestarts: 3,
@@ -96,10 +99,10 @@ func run(t *testing.T, ctx context.Context, coord *fakeCoord, script string) (in
 	return code, events, dir
 }
 
-func messages(events []Event) string {
+func messages(events []taskevent.Event) string {
 	var m []string
 	for _, e := range events {
-		m = append(m, e.Kind+": "+e.Message)
+		m = append(m, string(e.Kind)+": "+e.Message)
 	}
 	return strings.Join(m, "\n")
 }
@@ -160,7 +163,7 @@ func TestSupervisorRemoteFailureStopsAndRejoins(t *testing.T) {
 	coord := newFakeCoord(2, nil)
 	done := make(chan struct{})
 	var code int
-	var events []Event
+	var events []taskevent.Event
 	var dir string
 	go func() {
 		defer close(done)
@@ -197,7 +200,7 @@ func TestSupervisorFailsWhenTheGroupCannotGoOn(t *testing.T) {
 		t.Fatalf("code %d, want 1", code)
 	}
 	last := events[len(events)-1]
-	if last.Kind != EventFailed || !strings.Contains(last.Message, "rank 0 exited 5") {
+	if last.Kind != taskevent.Failed || !strings.Contains(last.Message, "rank 0 exited 5") {
 		t.Errorf("last event %+v does not say why the group failed", last)
 	}
 }
@@ -234,4 +237,156 @@ func TestSupervisorStoppedByNomad(t *testing.T) {
 			t.Errorf("worker %d survived the stop", pid)
 		}
 	}
+}
+
+func TestSupervisorEventsAreStructured(t *testing.T) {
+	coord := newFakeCoord(2, nil)
+	_, events, _ := run(t, context.Background(), coord,
+		`if [ "$GPUJOB_GENERATION" = 1 ] && [ "$RANK" = 1 ]; then exit 3; fi`)
+	want := []taskevent.Event{
+		{Kind: taskevent.Joined, Round: 1, NNodes: 1, FirstRank: 0, LastRank: 1, WorldSize: 2, Master: "127.0.0.1:29400", MaxRestarts: 3},
+		{Kind: taskevent.Restarting, Round: 1, NNodes: 1, FirstRank: 0, LastRank: 1, WorldSize: 2, Master: "127.0.0.1:29400", MaxRestarts: 3,
+			Failure: taskevent.Failure{Member: "job.g[0]", Reason: "rank 1 exited 3", ExitCode: 3}},
+		{Kind: taskevent.Joined, Round: 2, NNodes: 1, FirstRank: 0, LastRank: 1, WorldSize: 2, Master: "127.0.0.1:29400", Restarts: 1, MaxRestarts: 3},
+		{Kind: taskevent.Succeeded, Round: 2, NNodes: 1, FirstRank: 0, LastRank: 1, WorldSize: 2, Master: "127.0.0.1:29400", Restarts: 1, MaxRestarts: 3},
+	}
+	if len(events) != len(want) {
+		t.Fatalf("events:\n%s", messages(events))
+	}
+	for i, e := range events {
+		if e.Message != e.Describe() || e.Time.IsZero() {
+			t.Errorf("event %d: message %q, time %v", i, e.Message, e.Time)
+		}
+		e.Message, e.Time = "", time.Time{}
+		if e != want[i] {
+			t.Errorf("event %d:\n got %+v\nwant %+v", i, e, want[i])
+		}
+	}
+}
+
+func TestSupervisorRankExitingZeroWithAChildHoldingItsOutput(t *testing.T) {
+	coord := newFakeCoord(1, nil)
+	// The background sleep keeps the rank's stdout pipe open after the rank
+	// exits 0: the pipe's WaitDelay expires, the exit status still decides.
+	code, events, dir := run(t, context.Background(), coord,
+		`sleep 60 & echo $! > "$STATE/child.$LOCAL_RANK"; exit 0`)
+	if code != 0 || coord.done != 1 || len(coord.fails) != 0 {
+		t.Fatalf("code %d done %d fails %v; events:\n%s", code, coord.done, coord.fails, messages(events))
+	}
+	for _, f := range []string{"child.0", "child.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if !eventually(func() bool { return !running(pid) }) {
+			t.Errorf("the rank's child %d outlived the run", pid)
+		}
+	}
+}
+
+func TestSupervisorFailsWhenItCannotReportAFailure(t *testing.T) {
+	coord := newFakeCoord(2, nil)
+	coord.failErr = context.DeadlineExceeded
+	code, events, _ := run(t, context.Background(), coord, `exit 4`)
+	if code != 1 || coord.joins != 1 {
+		t.Fatalf("code %d after %d joins, want 1 after 1; events:\n%s", code, coord.joins, messages(events))
+	}
+	last := events[len(events)-1]
+	if last.Kind != taskevent.Failed || !strings.Contains(last.Failure.Reason, "exited 4; reporting it to the group failed") {
+		t.Errorf("last event %+v", last)
+	}
+}
+
+func TestSupervisorSucceedsWhenDoneFails(t *testing.T) {
+	coord := newFakeCoord(1, nil)
+	coord.doneErr = errors.New("consul unreachable")
+	code, events, _ := run(t, context.Background(), coord, `exit 0`)
+	if code != 0 {
+		t.Fatalf("code %d; events:\n%s", code, messages(events))
+	}
+	last := events[len(events)-1]
+	if last.Kind != taskevent.Succeeded || !strings.Contains(last.Warning, "consul unreachable") {
+		t.Errorf("last event %+v does not say the success went unrecorded", last)
+	}
+}
+
+func TestSupervisorStopFitsTheDeadline(t *testing.T) {
+	coord := newFakeCoord(1, nil)
+	dir := t.TempDir()
+	deadlineFile := filepath.Join(dir, "deadline")
+	spec := &Spec{Command: "/bin/sh", Args: []string{"-c", `trap "" TERM; touch "$STATE/up.$LOCAL_RANK"; exec sleep 60`},
+		NProcPerNode: 2, RunID: "default/job", Self: Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:1"}, Min: 1, Max: 1,
+		StopGrace: Duration(time.Minute), StopDeadlineFile: deadlineFile}
+	sup, err := New(spec, coord, []string{"PATH=/usr/bin:/bin", "STATE=" + dir}, &safeBuffer{}, &safeBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- sup.Run(ctx) }()
+	<-coord.watched
+	eventually(func() bool {
+		_, err := os.Stat(filepath.Join(dir, "up.1"))
+		return err == nil
+	})
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	if err := WriteStopDeadline(deadlineFile, deadline); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != ExitStopped {
+			t.Fatalf("code %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stop ignored its deadline (a minute of grace)")
+	}
+	if now := time.Now(); now.After(deadline) {
+		t.Errorf("ranks stopped %s after the deadline", now.Sub(deadline))
+	}
+	if leave := sup.LeaveDeadline(); leave.After(deadline) {
+		t.Errorf("leaving the group may take until %s, past the deadline %s", leave, deadline)
+	}
+}
+
+func TestPlanStop(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		deadline time.Duration
+		have     bool
+		grace    time.Duration
+		leaveBy  time.Duration
+	}{
+		{"no deadline: the fixed grace, then a bounded leave", 0, false, 3 * time.Second, 13 * time.Second},
+		{"nomad's default 5s", 5 * time.Second, true, 3 * time.Second, 4500 * time.Millisecond},
+		{"a long kill_timeout goes to the ranks", 60 * time.Second, true, 54500 * time.Millisecond, 59500 * time.Millisecond},
+		{"a short one is split too", 900 * time.Millisecond, true, 540 * time.Millisecond, 810 * time.Millisecond},
+		{"already past", -time.Second, true, 0, 0},
+	}
+	for _, tt := range tests {
+		p := planStop(now, now.Add(tt.deadline), tt.have, 3*time.Second)
+		if p.grace != tt.grace || !p.leaveBy.Equal(now.Add(tt.leaveBy)) {
+			t.Errorf("%s: grace %s leave by +%s, want %s and +%s", tt.name, p.grace, p.leaveBy.Sub(now), tt.grace, tt.leaveBy)
+		}
+	}
+}
+
+// running reports whether pid is a live process (not a zombie).
+func running(pid int) bool {
+	return syscall.Kill(pid, 0) == nil && !IsZombie(pid)
+}
+
+// eventually polls cond for up to 5 seconds.
+func eventually(cond func() bool) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }

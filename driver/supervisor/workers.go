@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -23,13 +24,69 @@ type exit struct {
 // workers are the local processes of one round. Each runs in its own process
 // group so stopping it also stops what it spawned (DataLoader workers).
 type workers struct {
-	cmds  []*exec.Cmd
-	exits chan exit
-	done  chan struct{} // closed when every process has been reaped
+	cmds   []*exec.Cmd
+	groups []ProcessGroup
+	exits  chan exit
+	done   chan struct{} // closed when every process has been reaped
 }
 
-// startWorkers starts s.NProcPerNode processes for placement p.
-func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer) (*workers, error) {
+// spawner starts the ranks from one OS thread that it keeps locked. Ranks
+// get SIGKILL as their parent-death signal, so a supervisor that dies (kill
+// -9, OOM) takes them along; but Linux sends that signal when the *thread*
+// that forked them exits, and Go ends a thread whenever a goroutine exits
+// while locked to it. A thread held by this goroutine alone cannot be ended
+// that way while the ranks it started live.
+type spawner struct {
+	requests chan spawnRequest
+	stop     chan struct{}
+	stopped  chan struct{}
+}
+
+type spawnRequest struct {
+	cmd    *exec.Cmd
+	result chan error
+}
+
+func newSpawner() *spawner {
+	s := &spawner{requests: make(chan spawnRequest), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(s.stopped)
+		runtime.LockOSThread()
+		// Unlocked, not left locked, on the way out: a goroutine that exits
+		// locked takes its thread down with it.
+		defer runtime.UnlockOSThread()
+		for {
+			select {
+			case r := <-s.requests:
+				r.result <- r.cmd.Start()
+			case <-s.stop:
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// start starts cmd from the spawner's thread.
+func (s *spawner) start(cmd *exec.Cmd) error {
+	r := spawnRequest{cmd: cmd, result: make(chan error, 1)}
+	select {
+	case s.requests <- r:
+		return <-r.result
+	case <-s.stopped:
+		return errors.New("the supervisor is shutting down")
+	}
+}
+
+// close releases the thread; call it only once no rank it started runs.
+func (s *spawner) close() {
+	close(s.stop)
+	<-s.stopped
+}
+
+// startWorkers starts s.NProcPerNode processes for placement p through
+// start (a spawner's).
+func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer, start func(*exec.Cmd) error) (*workers, error) {
 	w := &workers{exits: make(chan exit, s.NProcPerNode), done: make(chan struct{})}
 	var outMu, errMu sync.Mutex
 	var wg sync.WaitGroup
@@ -40,7 +97,7 @@ func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer)
 		if cmd.Dir == "" {
 			cmd.Dir, _ = os.Getwd()
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if s.LogPrefix {
 			prefix := fmt.Sprintf("[rank %d] ", p.RankOffset+local)
 			cmd.Stdout = &lineWriter{prefix: prefix, out: stdout, mu: &outMu}
@@ -51,13 +108,15 @@ func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer)
 		// A worker's own children can hold its output pipe open after it
 		// exits; do not let them keep the round from ending.
 		cmd.WaitDelay = 2 * time.Second
-		if err := cmd.Start(); err != nil {
-			w.cmds = append(w.cmds, nil)
+		if err := start(cmd); err != nil {
 			w.kill(syscall.SIGKILL)
 			wg.Wait()
 			return nil, fmt.Errorf("starting local rank %d (%s): %w", local, s.Command, err)
 		}
 		w.cmds = append(w.cmds, cmd)
+		// Read before Wait can reap it: until then /proc/PID exists.
+		ticks, _ := processStart(cmd.Process.Pid)
+		w.groups = append(w.groups, ProcessGroup{PGID: cmd.Process.Pid, StartTicks: ticks})
 		wg.Add(1)
 		go func(local int, cmd *exec.Cmd) {
 			defer wg.Done()
@@ -84,20 +143,35 @@ func exitCode(cmd *exec.Cmd, err error) int {
 	return cmd.ProcessState.ExitCode()
 }
 
-// waitErr keeps errors other than the process's own non-zero exit.
+// waitErr keeps the errors that say the rank did not run to an exit status.
+// Its own non-zero exit is in the code; and exec.ErrWaitDelay (a child it
+// started still holds its output when it exits) says nothing about how the
+// rank ended: its exit status decides.
 func waitErr(err error) error {
 	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	if errors.As(err, &ee) || errors.Is(err, exec.ErrWaitDelay) {
 		return nil
 	}
 	return err
 }
 
-// kill signals every started process group.
+// kill signals every started process group: for stopping, which must reach
+// what the ranks spawned.
 func (w *workers) kill(sig syscall.Signal) {
 	for _, c := range w.cmds {
-		if c != nil && c.Process != nil {
+		if c.Process != nil {
 			_ = syscall.Kill(-c.Process.Pid, sig)
+		}
+	}
+}
+
+// signal passes sig to each rank process only, not its group: a rank that
+// wants its children told (DataLoader workers, which mostly do not handle
+// HUP or USR1 and would die of it) does so itself.
+func (w *workers) signal(sig syscall.Signal) {
+	for _, c := range w.cmds {
+		if c.Process != nil {
+			_ = c.Process.Signal(sig)
 		}
 	}
 }

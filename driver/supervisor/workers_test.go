@@ -2,6 +2,10 @@ package supervisor
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,7 +34,7 @@ func TestStopKillsProcessGroups(t *testing.T) {
 	spec := &Spec{Command: "/bin/sh", NProcPerNode: 2, Args: []string{"-c",
 		`sh -c 'trap "" TERM; echo child $$; sleep 60' & wait`}}
 	out := &safeBuffer{}
-	w, err := startWorkers(spec, Placement{WorldSize: 2, MasterAddr: "h:1"}, nil, out, out)
+	w, err := startWorkers(spec, Placement{WorldSize: 2, MasterAddr: "h:1"}, nil, out, out, startDirect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,7 @@ func TestStopKillsProcessGroups(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	spec := &Spec{Command: "/bin/sh", NProcPerNode: 1, Args: []string{"-c", `kill -9 $$`}}
-	w, err := startWorkers(spec, Placement{RankOffset: 4, WorldSize: 5, MasterAddr: "h:1"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	w, err := startWorkers(spec, Placement{RankOffset: 4, WorldSize: 5, MasterAddr: "h:1"}, nil, &bytes.Buffer{}, &bytes.Buffer{}, startDirect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,4 +92,106 @@ func (s *safeBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// startDirect starts a worker from the test's goroutine: these tests do not
+// need the spawner's thread.
+func startDirect(cmd *exec.Cmd) error { return cmd.Start() }
+
+// pidIn reads a PID a rank wrote.
+func pidIn(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	if !eventually(func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}) {
+		t.Fatalf("%s was never written", path)
+	}
+	return pid
+}
+
+func TestSignalReachesTheRankNotItsChildren(t *testing.T) {
+	dir := t.TempDir()
+	// The rank handles USR1; its child (as a DataLoader worker would) does
+	// not, and would die of it.
+	spec := &Spec{Command: "/bin/sh", NProcPerNode: 1, Env: map[string]string{"OUT": dir}, Args: []string{"-c",
+		`trap 'echo usr1 > "$OUT/sig"' USR1; sleep 60 & echo $! > "$OUT/child"; while :; do sleep 0.05; done`}}
+	w, err := startWorkers(spec, Placement{WorldSize: 1, MasterAddr: "h:1"}, nil, &safeBuffer{}, &safeBuffer{}, startDirect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.stop(0)
+	child := pidIn(t, filepath.Join(dir, "child"))
+	w.signal(syscall.SIGUSR1)
+	if !eventually(func() bool { _, err := os.Stat(filepath.Join(dir, "sig")); return err == nil }) {
+		t.Fatal("the rank never got SIGUSR1")
+	}
+	if !running(child) {
+		t.Error("SIGUSR1 reached the rank's child")
+	}
+	w.stop(time.Second)
+	if !eventually(func() bool { return !running(child) }) {
+		t.Error("stopping did not reach the rank's child")
+	}
+}
+
+func TestKillGroupsKillsWhatTheRanksLeft(t *testing.T) {
+	dir := t.TempDir()
+	// A rank whose child stays behind in its group after the rank is gone.
+	spec := &Spec{Command: "/bin/sh", NProcPerNode: 1, Env: map[string]string{"OUT": dir}, Args: []string{"-c",
+		`sleep 60 & echo $! > "$OUT/child"; exec sleep 60`}}
+	w, err := startWorkers(spec, Placement{WorldSize: 1, MasterAddr: "h:1"}, nil, &safeBuffer{}, &safeBuffer{}, startDirect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.stop(0)
+	child := pidIn(t, filepath.Join(dir, "child"))
+	// A live process that is not ours, recorded under its PID with another
+	// start time: a reused PID.
+	other := exec.Command("sleep", "60")
+	other.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	start, err := processStart(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "groups.json")
+	records := append(w.groups, ProcessGroup{PGID: other.Process.Pid, StartTicks: start + 1})
+	if err := writeGroups(path, records); err != nil {
+		t.Fatal(err)
+	}
+	// The rank itself is gone; its child is left.
+	syscall.Kill(w.cmds[0].Process.Pid, syscall.SIGKILL)
+	<-w.done
+	killed, err := KillGroups(path)
+	if err != nil || len(killed) != 1 || killed[0] != w.groups[0].PGID {
+		t.Fatalf("killed %v, %v; want the rank's group %d only", killed, err, w.groups[0].PGID)
+	}
+	if !eventually(func() bool { return !running(child) }) {
+		t.Error("the rank's child survived KillGroups")
+	}
+	if !running(other.Process.Pid) {
+		t.Error("KillGroups killed a process that only reused a recorded PID")
+	}
+}
+
+func TestProcessStartIsStable(t *testing.T) {
+	a, err := processStart(os.Getpid())
+	if err != nil || a == 0 {
+		t.Fatalf("processStart = %d, %v", a, err)
+	}
+	if b, _ := processStart(os.Getpid()); a != b {
+		t.Errorf("start time changed: %d then %d", a, b)
+	}
+	if _, err := processStart(1 << 30); err == nil {
+		t.Error("a PID that cannot exist has a start time")
+	}
 }

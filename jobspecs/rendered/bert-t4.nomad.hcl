@@ -33,7 +33,8 @@ job "bert-t4" {
     }
 
     task "train" {
-      driver = "gpujob"
+      driver       = "gpujob"
+      kill_timeout = "30s"
 
       config {
         command      = "/usr/bin/python3"

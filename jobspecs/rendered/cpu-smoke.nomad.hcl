@@ -28,7 +28,8 @@ job "cpu-smoke" {
     }
 
     task "train" {
-      driver = "gpujob"
+      driver       = "gpujob"
+      kill_timeout = "30s"
 
       config {
         command      = "/usr/bin/python3"

@@ -5,11 +5,12 @@
 package gpujobs
 
 import (
-	"regexp"
 	"strconv"
-	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 // Progress is what a member's task events say about it. Rank fields are -1
@@ -26,10 +27,10 @@ type Progress struct {
 	WorldSize int
 	Master    string
 	// Restarts is how many group restarts were used, as far as this
-	// member's events tell: the driver's annotations, the "N of M restarts
-	// left" messages, and the rounds it saw end with a failure.
+	// member's events tell: those used before its latest round, plus the
+	// one a round it saw end with a failure spent.
 	Restarts int
-	// MaxRestarts is the group's budget when an event stated it, else -1.
+	// MaxRestarts is the group's budget once a driver event stated it, else -1.
 	MaxRestarts int
 	// LastEvent is the latest event's message, of any type.
 	LastEvent string
@@ -67,18 +68,6 @@ func (p Progress) RanksText() string {
 	}
 }
 
-var (
-	// joined round 3 as node 1 of 4 (ranks 4-7 of 16, master 10.0.0.5:24001)
-	// joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:40469)
-	joinedRE = regexp.MustCompile(`^joined round (\d+) as node (\d+) of (\d+) \((?:ranks (\d+)-(\d+)|rank (\d+)) of (\d+), master ([^)]*)\)`)
-	// rank 5 exited 137: restarting group, 2 of 3 restarts left
-	restartLeftRE = regexp.MustCompile(`: restarting group, (\d+) of (\d+) restarts left$`)
-	// round 3 ended by bert.train[2] (rank 9 exited 1): restarting with the group
-	endedByRE = regexp.MustCompile(`^round (\d+) ended by .*: restarting with the group$`)
-	// rank 5 exited 1: no restarts left (3 used)
-	noRestartsRE = regexp.MustCompile(`: no restarts left \((\d+) used\)$`)
-)
-
 // EventText is an event's message as `nomad alloc status` shows it.
 func EventText(e *api.TaskEvent) string {
 	switch {
@@ -98,21 +87,33 @@ func EventText(e *api.TaskEvent) string {
 	return e.Type
 }
 
+// DriverEvent is the gpujob driver's structured milestone in a task event:
+// its Details, as internal/taskevent defines them. ok is false for Nomad's
+// own events, and for events of a driver older than the details (their
+// text is shown but not read).
+func DriverEvent(e *api.TaskEvent) (taskevent.Event, bool) {
+	if e == nil || (e.Type != api.TaskDriverMessage && e.Type != "") {
+		return taskevent.Event{}, false
+	}
+	d, ok := taskevent.Decode(e.Details)
+	if ok {
+		d.Message = EventText(e)
+		d.Time = time.Unix(0, e.Time)
+	}
+	return d, ok
+}
+
 // ParseEvents reads a member's task events, oldest first (Nomad's order).
 func ParseEvents(events []*api.TaskEvent) Progress {
 	p := Progress{NodeRank: -1, FirstRank: -1, LastRank: -1, Round: 0, MaxRestarts: -1}
-	ended := 0 // rounds this member saw end with a failure
 	for _, e := range events {
 		if e == nil {
 			continue
 		}
 		text := EventText(e)
 		p.LastEvent = text
-		if e.Type == api.TaskDriverMessage || e.Type == "" {
-			if restartLeftRE.MatchString(text) || endedByRE.MatchString(text) {
-				ended++
-			}
-			parseDriverEvent(&p, e, text)
+		if d, ok := DriverEvent(e); ok {
+			p.apply(d)
 			continue
 		}
 		if e.Type == api.TaskTerminated && e.ExitCode != 0 && p.Failure == "" {
@@ -122,67 +123,38 @@ func ParseEvents(events []*api.TaskEvent) Progress {
 			p.Failure = text
 		}
 	}
-	p.Restarts = max(p.Restarts, ended)
 	return p
 }
 
-func parseDriverEvent(p *Progress, e *api.TaskEvent, text string) {
-	if n, ok := atoi(e.Details["restarts"]); ok {
-		p.Restarts = max(p.Restarts, n)
-	}
-	if m := joinedRE.FindStringSubmatch(text); m != nil {
+// apply folds one driver milestone into the progress.
+func (p *Progress) apply(e taskevent.Event) {
+	p.Restarts = max(p.Restarts, e.RestartsUsed())
+	p.MaxRestarts = e.MaxRestarts
+	switch {
+	case e.Kind == taskevent.Joined:
 		p.Joined = true
-		p.Round, _ = strconv.Atoi(m[1])
-		p.NodeRank, _ = strconv.Atoi(m[2])
-		p.NNodes, _ = strconv.Atoi(m[3])
-		if m[4] != "" {
-			p.FirstRank, _ = strconv.Atoi(m[4])
-			p.LastRank, _ = strconv.Atoi(m[5])
-		} else {
-			p.FirstRank, _ = strconv.Atoi(m[6])
-			p.LastRank = p.FirstRank
-		}
-		p.WorldSize, _ = strconv.Atoi(m[7])
-		p.Master = m[8]
+		p.Round, p.NodeRank, p.NNodes = e.Round, e.NodeRank, e.NNodes
+		p.FirstRank, p.LastRank, p.WorldSize, p.Master = e.FirstRank, e.LastRank, e.WorldSize, e.Master
 		p.Failure = ""
-		return
-	}
-	if m := restartLeftRE.FindStringSubmatch(text); m != nil {
-		left, _ := strconv.Atoi(m[1])
-		total, _ := strconv.Atoi(m[2])
-		p.MaxRestarts = total
-		p.Restarts = max(p.Restarts, total-left)
-		return
-	}
-	if m := noRestartsRE.FindStringSubmatch(text); m != nil {
-		used, _ := strconv.Atoi(m[1])
-		p.MaxRestarts = used
-		p.Restarts = max(p.Restarts, used)
-		p.Failure = text
-		return
-	}
-	if e.Details["kind"] == "failed" || strings.HasPrefix(text, "rendezvous ") {
-		p.Failure = text
+	case e.Kind == taskevent.Failed, e.BudgetExhausted():
+		p.Failure = e.Message
+		if p.Failure == "" {
+			p.Failure = e.Describe()
+		}
 	}
 }
 
-func atoi(s string) (int, bool) {
-	if s == "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil
-}
-
-// ParseJoined reads a "joined round …" message: the driver's event, also
-// echoed on the task's stderr as "gpujob: joined round …" (the prefix is
-// allowed).
-func ParseJoined(text string) (Progress, bool) {
-	text = strings.TrimPrefix(text, "gpujob: ")
-	if !strings.HasPrefix(text, "joined round ") {
+// ParseJoined reads the supervisor's "gpujob: joined round …" line on the
+// task's stderr (the echo of its Joined event), for `gpujob logs`, which
+// may see it before the task event.
+func ParseJoined(line string) (Progress, bool) {
+	e, ok := taskevent.ParseJoinedLine(line)
+	if !ok {
 		return Progress{}, false
 	}
 	p := ParseEvents(nil)
-	parseDriverEvent(&p, &api.TaskEvent{Type: api.TaskDriverMessage}, text)
-	return p, p.Joined
+	p.apply(e)
+	p.MaxRestarts = -1 // the line does not say
+	p.LastEvent = e.Message
+	return p, true
 }

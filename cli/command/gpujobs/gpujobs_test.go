@@ -11,14 +11,24 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
-func ev(msg string, details map[string]string) *api.TaskEvent {
-	return &api.TaskEvent{Type: api.TaskDriverMessage, DriverMessage: msg, DisplayMessage: msg, Details: details}
-}
+// ev is the driver's task event for e.
+func ev(e taskevent.Event) *api.TaskEvent { return fixture.DriverEvent(e, fixture.Epoch) }
 
 func TestParseEvents(t *testing.T) {
+	joined1 := fixture.Joined(1, 1, 4, 4, 7, 16, "10.0.0.5:24001")
+	restart := func(e taskevent.Event, reason string, remote bool, member string) taskevent.Event {
+		e.Kind, e.Remote = taskevent.Restarting, remote
+		e.Failure = taskevent.Failure{Member: member, Reason: reason}
+		return e
+	}
+	failedJoin := taskevent.Event{Kind: taskevent.Failed, MaxRestarts: 3, Failure: taskevent.Failure{
+		Reason: "rendezvous default/bert round 1: join timed out after 5m0s: 1 of 2 members joined [bert.train[0]]; never joined: bert.train[1]"}}
+	exhausted := restart(fixture.After(fixture.Joined(4, 0, 2, 0, 0, 2, "127.0.0.1:1"), 4, 3), "rank 0 exited 1", false, "bert.train[0]")
 	tests := []struct {
 		name   string
 		events []*api.TaskEvent
@@ -32,55 +42,60 @@ func TestParseEvents(t *testing.T) {
 			name: "single rank",
 			events: []*api.TaskEvent{
 				{Type: api.TaskReceived, DisplayMessage: "Task received by client"},
-				ev("joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:40469)", nil),
+				ev(fixture.Joined(1, 0, 2, 0, 0, 2, "127.0.0.1:40469")),
 			},
 			want: Progress{Joined: true, Round: 1, NodeRank: 0, NNodes: 2, FirstRank: 0, LastRank: 0, WorldSize: 2,
-				Master: "127.0.0.1:40469", MaxRestarts: -1,
+				Master: "127.0.0.1:40469", MaxRestarts: 3,
 				LastEvent: "joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:40469)"},
 		},
 		{
-			name: "multi rank after restarts, annotations",
+			name: "multi rank after restarts",
 			events: []*api.TaskEvent{
-				ev("joined round 1 as node 1 of 4 (ranks 4-7 of 16, master 10.0.0.5:24001)", map[string]string{"restarts": "0"}),
-				ev("rank 5 exited 137: restarting group, 2 of 3 restarts left", map[string]string{"restarts": "0"}),
-				ev("joined round 2 as node 1 of 4 (ranks 4-7 of 16, master 10.0.0.5:24001)", map[string]string{"restarts": "1"}),
-				ev("round 2 ended by bert.train[2] (rank 9 exited 1): restarting with the group", map[string]string{"restarts": "1"}),
-				ev("joined round 3 as node 1 of 4 (ranks 4-7 of 16, master 10.0.0.6:24001)", map[string]string{"restarts": "2"}),
+				ev(joined1),
+				ev(restart(joined1, "rank 5 exited 137", false, "bert.train[1]")),
+				ev(fixture.After(joined1, 2, 1)),
+				ev(restart(fixture.After(joined1, 2, 1), "rank 9 exited 1", true, "bert.train[2]")),
+				ev(fixture.After(fixture.Joined(3, 1, 4, 4, 7, 16, "10.0.0.6:24001"), 3, 2)),
 			},
 			want: Progress{Joined: true, Round: 3, NodeRank: 1, NNodes: 4, FirstRank: 4, LastRank: 7, WorldSize: 16,
 				Master: "10.0.0.6:24001", Restarts: 2, MaxRestarts: 3,
 				LastEvent: "joined round 3 as node 1 of 4 (ranks 4-7 of 16, master 10.0.0.6:24001)"},
 		},
 		{
-			name: "restart counted from the message without annotations",
+			name: "a restart spends one",
 			events: []*api.TaskEvent{
-				ev("joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:1)", nil),
-				ev("rank 0 exited 137: restarting group, 1 of 3 restarts left", nil),
+				ev(fixture.After(fixture.Joined(2, 0, 2, 0, 0, 2, "127.0.0.1:1"), 2, 1)),
+				ev(restart(fixture.After(fixture.Joined(2, 0, 2, 0, 0, 2, "127.0.0.1:1"), 2, 1), "rank 0 exited 137", false, "bert.train[0]")),
 			},
-			want: Progress{Joined: true, Round: 1, NodeRank: 0, NNodes: 2, FirstRank: 0, LastRank: 0, WorldSize: 2,
+			want: Progress{Joined: true, Round: 2, NodeRank: 0, NNodes: 2, FirstRank: 0, LastRank: 0, WorldSize: 2,
 				Master: "127.0.0.1:1", Restarts: 2, MaxRestarts: 3,
 				LastEvent: "rank 0 exited 137: restarting group, 1 of 3 restarts left"},
 		},
 		{
 			name: "no restarts left",
 			events: []*api.TaskEvent{
-				ev("joined round 4 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:1)", map[string]string{"restarts": "3"}),
-				ev("rank 0 exited 1: no restarts left (3 used)", map[string]string{"kind": "restarting", "restarts": "3"}),
+				ev(fixture.After(fixture.Joined(4, 0, 2, 0, 0, 2, "127.0.0.1:1"), 4, 3)),
+				ev(exhausted),
 				{Type: api.TaskTerminated, ExitCode: 1, DisplayMessage: "Exit Code: 1"},
 			},
 			want: Progress{Joined: true, Round: 4, NodeRank: 0, NNodes: 2, FirstRank: 0, LastRank: 0, WorldSize: 2,
 				Master: "127.0.0.1:1", Restarts: 3, MaxRestarts: 3, LastEvent: "Exit Code: 1",
-				Failure: "rank 0 exited 1: no restarts left (3 used)"},
+				Failure: exhausted.Describe()},
 		},
 		{
-			name: "join timeout",
+			name:   "join timeout",
+			events: []*api.TaskEvent{ev(failedJoin)},
+			want: Progress{NodeRank: -1, FirstRank: -1, LastRank: -1, MaxRestarts: 3,
+				LastEvent: failedJoin.Describe(), Failure: failedJoin.Describe()},
+		},
+		{
+			// Their text is shown; nothing is read from it.
+			name: "a driver without details",
 			events: []*api.TaskEvent{
-				ev("rendezvous default/bert round 1: join timed out after 5m0s: 1 of 2 members joined [bert.train[0]]; never joined: bert.train[1]",
-					map[string]string{"kind": "failed", "round": "0", "node_rank": "0", "restarts": "0"}),
+				fixture.PlainDriverEvent("joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:1)", fixture.Epoch),
 			},
 			want: Progress{NodeRank: -1, FirstRank: -1, LastRank: -1, MaxRestarts: -1,
-				LastEvent: "rendezvous default/bert round 1: join timed out after 5m0s: 1 of 2 members joined [bert.train[0]]; never joined: bert.train[1]",
-				Failure:   "rendezvous default/bert round 1: join timed out after 5m0s: 1 of 2 members joined [bert.train[0]]; never joined: bert.train[1]"},
+				LastEvent: "joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:1)"},
 		},
 	}
 	for _, tt := range tests {
@@ -94,9 +109,11 @@ func TestParseEvents(t *testing.T) {
 }
 
 func TestProgressRanks(t *testing.T) {
-	p, ok := ParseJoined("gpujob: joined round 3 as node 1 of 4 (ranks 4-7 of 16, master 10.0.0.5:24001)")
+	e := fixture.Joined(3, 1, 4, 4, 7, 16, "10.0.0.5:24001")
+	e.Message = e.Describe()
+	p, ok := ParseJoined(e.Echo())
 	if !ok {
-		t.Fatal("ParseJoined: not parsed")
+		t.Fatalf("ParseJoined(%q): not parsed", e.Echo())
 	}
 	if got := p.Ranks(); !reflect.DeepEqual(got, []int{4, 5, 6, 7}) {
 		t.Errorf("Ranks = %v", got)

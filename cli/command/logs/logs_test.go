@@ -58,10 +58,8 @@ func mixed() *nomadapi.Fake {
 	f := nomadapi.NewFake()
 	job := fixture.TrainJob("bert", 3, 1)
 	f.SetJob(job)
-	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil,
-		"joined round 1 as node 0 of 3 (rank 0 of 6, master 127.0.0.1:1)"))
-	f.SetAlloc(fixture.Alloc(job, "a1", 1, nil, "running", nil,
-		"joined round 1 as node 1 of 3 (ranks 1-4 of 6, master 127.0.0.1:1)"))
+	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, fixture.Joined(1, 0, 3, 0, 0, 6, "127.0.0.1:1")))
+	f.SetAlloc(fixture.Alloc(job, "a1", 1, nil, "running", nil, fixture.Joined(1, 1, 3, 1, 4, 6, "127.0.0.1:1")))
 	f.SetAlloc(fixture.Alloc(job, "a2", 2, nil, "pending", nil))
 	f.SetLog("a0", "train", "stdout", "zero one\nzero ", "two\n", "zero three")
 	f.SetLog("a1", "train", "stdout",
@@ -131,7 +129,7 @@ func TestLogsRankBeforeJoin(t *testing.T) {
 	f := nomadapi.NewFake()
 	job := fixture.TrainJob("bert", 2, 1)
 	f.SetJob(job)
-	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, "waiting for the group"))
+	f.SetAlloc(waiting(job))
 	f.SetLog("a0", "train", "stdout", "early\n")
 	if _, _, err := execute(context.Background(), f, "bert", "--rank", "0"); err == nil ||
 		!strings.Contains(err.Error(), "has joined a rendezvous round yet") {
@@ -158,8 +156,8 @@ func TestLogsFollow(t *testing.T) {
 	f := nomadapi.NewFake()
 	job := fixture.TrainJob("bert", 2, 1)
 	f.SetJob(job)
-	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, "joined round 1 as node 0 of 2 (rank 0 of 2, master m:1)"))
-	f.SetAlloc(fixture.Alloc(job, "a1", 1, nil, "running", nil, "joined round 1 as node 1 of 2 (rank 1 of 2, master m:1)"))
+	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, fixture.Joined(1, 0, 2, 0, 0, 2, "m:1")))
+	f.SetAlloc(fixture.Alloc(job, "a1", 1, nil, "running", nil, fixture.Joined(1, 1, 2, 1, 1, 2, "m:1")))
 	f.SetLog("a0", "train", "stdout", "a first\n")
 	f.SetLog("a1", "train", "stdout", "b first\n")
 
@@ -177,7 +175,7 @@ func TestLogsFollow(t *testing.T) {
 
 	// member 1 is lost and replaced; the replacement joins round 2
 	f.UpdateAlloc("a1", func(a *api.Allocation) { a.ClientStatus = "lost" })
-	repl := fixture.Alloc(job, "a1-new", 1, nil, "running", nil, "joined round 2 as node 1 of 2 (rank 1 of 2, master m:2)")
+	repl := fixture.Alloc(job, "a1-new", 1, nil, "running", nil, fixture.Joined(2, 1, 2, 1, 1, 2, "m:2"))
 	f.SetLog("a1-new", "train", "stdout", "c first\n")
 	f.SetAlloc(repl)
 	waitFor(t, "the replacement's line", func() bool { return strings.Contains(out.String(), "[rank 1] c first") })
@@ -215,7 +213,7 @@ func TestLogsFollowStopsOnCancel(t *testing.T) {
 	f := nomadapi.NewFake()
 	job := fixture.TrainJob("bert", 1, 1)
 	f.SetJob(job)
-	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, "joined round 1 as node 0 of 1 (rank 0 of 1, master m:1)"))
+	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, fixture.Joined(1, 0, 1, 0, 0, 1, "m:1")))
 	f.SetLog("a0", "train", "stdout", "x\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &syncBuffer{}, &syncBuffer{}
@@ -237,7 +235,7 @@ func TestLogsFollowRankOfLateJoiner(t *testing.T) {
 	f := nomadapi.NewFake()
 	job := fixture.TrainJob("bert", 1, 1)
 	f.SetJob(job)
-	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "running", nil, "waiting for the group"))
+	f.SetAlloc(waiting(job))
 	f.SetLog("a0", "train", "stdout", "before the join\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -249,7 +247,7 @@ func TestLogsFollowRankOfLateJoiner(t *testing.T) {
 	// from the allocation's events
 	f.UpdateAlloc("a0", func(a *api.Allocation) {
 		ts := a.TaskStates["train"]
-		ts.Events = append(ts.Events, fixture.DriverEvent("joined round 1 as node 0 of 1 (rank 0 of 1, master m:1)", fixture.Epoch))
+		ts.Events = append(ts.Events, fixture.DriverEvent(fixture.Joined(1, 0, 1, 0, 0, 1, "m:1"), fixture.Epoch))
 	})
 	f.AppendLog("a0", "train", "stdout", "after the join\n")
 	waitFor(t, "the line after the join", func() bool { return strings.Contains(out.String(), "[rank 0] after the join\n") })
@@ -264,4 +262,13 @@ func TestLogsFollowRankOfLateJoiner(t *testing.T) {
 			t.Errorf("line %q is not rank 0's", l)
 		}
 	}
+}
+
+// waiting is member 0 of job, running but not yet in a round: its only
+// event is a driver message without gpujob details.
+func waiting(job *api.Job) *api.Allocation {
+	a := fixture.Alloc(job, "a0", 0, nil, "running", nil)
+	ts := a.TaskStates["train"]
+	ts.Events = append(ts.Events, fixture.PlainDriverEvent("waiting for the group", fixture.Epoch))
+	return a
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 func execute(t *testing.T, f *nomadapi.Fake, args ...string) (string, string, error) {
@@ -31,19 +32,16 @@ func twoWorkers(t *testing.T) *nomadapi.Fake {
 	f.SetJob(job)
 	n1 := fixture.Node("n1-id", "node-1", "Tesla T4", 15360, true)
 	n2 := fixture.Node("n2-id", "node-2", "Tesla T4", 15360, true)
-	f.SetAlloc(fixture.Alloc(job, "b0000000-old", 1, n2, "failed", []string{gpuB},
-		"joined round 1 as node 1 of 2 (rank 1 of 2, master 127.0.0.1:40469)"))
+	round1 := fixture.Joined(1, 0, 2, 0, 0, 2, "127.0.0.1:40469")
+	ended := fixture.Then(round1, taskevent.Restarting)
+	ended.Remote, ended.Failure = true, taskevent.Failure{Member: "bert.train[1]", Reason: "rank 1 exited 137", ExitCode: 137}
+	round2 := fixture.After(fixture.Joined(2, 0, 2, 0, 0, 2, "127.0.0.1:40470"), 2, 1)
+	f.SetAlloc(fixture.Alloc(job, "b0000000-old", 1, n2, "failed", []string{gpuB}, fixture.Joined(1, 1, 2, 1, 1, 2, "127.0.0.1:40469")))
 	f.SetAlloc(fixture.Alloc(job, "a0000000-0000", 0, n1, "complete", []string{gpuA},
-		"joined round 1 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:40469)",
-		"round 1 ended by bert.train[1] (rank 1 exited 137): restarting with the group",
-		"joined round 2 as node 0 of 2 (rank 0 of 2, master 127.0.0.1:40470)",
-		"rank 0 exited 0"))
+		round1, ended, round2, fixture.Then(round2, taskevent.Succeeded)))
+	// the replacement saw no failure itself: its round says one restart was used
 	f.SetAlloc(fixture.Alloc(job, "b1111111-new", 1, n2, "running", []string{gpuB},
-		"joined round 2 as node 1 of 2 (rank 1 of 2, master 127.0.0.1:40470)"))
-	// the driver annotates its events; the replacement saw no failure itself
-	f.UpdateAlloc("b1111111-new", func(a *api.Allocation) {
-		a.TaskStates["train"].Events[0].Details = map[string]string{"kind": "joined", "round": "2", "node_rank": "1", "restarts": "1"}
-	})
+		fixture.After(fixture.Joined(2, 1, 2, 1, 1, 2, "127.0.0.1:40470"), 2, 1)))
 	f.SetLog("a0000000-0000", "train", "stdout",
 		"gpujob: step=10 epoch=0 rank=0 loss=0.9000 global_loss=0.9 samples_per_sec=100\n",
 		"gpujob: step=20 epoch=0 rank=0 loss=0.6931 global_loss=0.69 samples_per_sec=120\n",
@@ -146,11 +144,11 @@ func TestStatusMultiProcessAndPending(t *testing.T) {
 	f.SetJob(job)
 	n := fixture.Node("n1", "node-1", "Tesla T4", 15360, false)
 	f.SetAlloc(fixture.Alloc(job, "m0", 0, n, "running", []string{"GPU-00000000-x", "GPU-11111111-x", "GPU-22222222-x", "GPU-33333333-x"},
-		"joined round 3 as node 0 of 2 (ranks 0-3 of 8, master 10.0.0.5:24001)"))
+		fixture.Joined(3, 0, 2, 0, 3, 8, "10.0.0.5:24001")))
 	f.SetAlloc(fixture.Alloc(job, "m1", 1, n, "running", nil))
 	f.UpdateAlloc("m1", func(a *api.Allocation) {
 		a.TaskStates["train"].StartedAt = time.Time{}
-		a.TaskStates["train"].Events = []*api.TaskEvent{fixture.DriverEvent("waiting for 1 more member", fixture.Epoch)}
+		a.TaskStates["train"].Events = []*api.TaskEvent{fixture.PlainDriverEvent("waiting for 1 more member", fixture.Epoch)}
 	})
 	f.SetLog("m0", "train", "stdout",
 		"[rank 1] gpujob: step=5 epoch=0 rank=1 loss=1.10\n",
@@ -193,7 +191,8 @@ func TestStatusFailedJoin(t *testing.T) {
 	job := fixture.TrainJob("bert", 2, 1)
 	f.SetJob(job)
 	msg := "rendezvous default/bert round 1: join timed out after 5m0s: 1 of 2 members joined [bert.train[0]]; never joined: bert.train[1]"
-	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "failed", nil, msg))
+	f.SetAlloc(fixture.Alloc(job, "a0", 0, nil, "failed", nil,
+		taskevent.Event{Kind: taskevent.Failed, MaxRestarts: 3, Failure: taskevent.Failure{Member: "bert.train[0]", Reason: msg}}))
 	f.SetAlloc(fixture.Alloc(job, "a1", 1, nil, "pending", nil))
 	out, _, err := execute(t, f, "bert")
 	if err != nil {

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 const goodSpec = `train "bert" {
@@ -45,7 +48,7 @@ func cluster(t *testing.T) *nomadapi.Fake {
 		Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Tesla T4", Instances: devs}},
 	}})
 	f.ParseHCLFunc = func(hcl, vars string) (*api.Job, error) {
-		if !strings.Contains(hcl, `driver = "gpujob"`) {
+		if !regexp.MustCompile(`driver\s*= "gpujob"`).MatchString(hcl) {
 			t.Errorf("ParseHCL got something other than a rendered gpujob jobspec:\n%s", hcl)
 		}
 		id, count := "bert", 2
@@ -56,10 +59,10 @@ func cluster(t *testing.T) *nomadapi.Fake {
 
 func strp(s string) *string { return &s }
 
-func alloc(i int, status string, events ...string) *api.Allocation {
+func alloc(i int, status string, events ...taskevent.Event) *api.Allocation {
 	var evs []*api.TaskEvent
 	for _, e := range events {
-		evs = append(evs, &api.TaskEvent{Type: "Driver", DisplayMessage: e})
+		evs = append(evs, fixture.DriverEvent(e, fixture.Epoch))
 	}
 	return &api.Allocation{ID: "alloc-" + string(rune('0'+i)), Name: "bert.train[" + string(rune('0'+i)) + "]",
 		JobID: "bert", NodeID: "n1", NodeName: "gpu-1", TaskGroup: "train", ClientStatus: status,
@@ -94,7 +97,7 @@ func followTheJob(t *testing.T, withLogs bool) {
 	f := cluster(t)
 	// A finished allocation of an earlier run of a job of the same name:
 	// not part of this submission.
-	old := alloc(7, "complete", "rank 0 exited 0")
+	old := alloc(7, "complete", fixture.Then(fixture.Joined(1, 0, 1, 0, 0, 1, "127.0.0.1:1"), taskevent.Succeeded))
 	old.CreateIndex = 0
 	f.SetAlloc(old)
 	// The job's life, one step per blocking query: placed, joined, done.
@@ -104,9 +107,7 @@ func followTheJob(t *testing.T, withLogs bool) {
 			return
 		}
 		step++
-		joined := func(n int) string {
-			return "joined round 1 as node " + string(rune('0'+n)) + " of 2 (rank " + string(rune('0'+n)) + " of 2, master 127.0.0.1:24001)"
-		}
+		joined := func(n int) taskevent.Event { return fixture.Joined(1, n, 2, n, n, 2, "127.0.0.1:24001") }
 		switch step {
 		case 1:
 			f.SetAlloc(alloc(0, "pending"))
@@ -115,8 +116,8 @@ func followTheJob(t *testing.T, withLogs bool) {
 			f.SetAlloc(alloc(0, "running", joined(0)))
 			f.SetAlloc(alloc(1, "running", joined(1)))
 		case 3:
-			f.SetAlloc(alloc(0, "complete", joined(0), "rank 0 exited 0"))
-			f.SetAlloc(alloc(1, "complete", joined(1), "rank 1 exited 0"))
+			f.SetAlloc(alloc(0, "complete", joined(0), fixture.Then(joined(0), taskevent.Succeeded)))
+			f.SetAlloc(alloc(1, "complete", joined(1), fixture.Then(joined(1), taskevent.Succeeded)))
 			f.SetLog("alloc-0", "train", "stdout", "gpujob: step=10 rank=0 loss=0.5\n",
 				`gpujob-result: {"accuracy": 0.9375, "f1": 0.9371, "wall_seconds": 11.7, "world_size": 2, "restart_count": 0}`+"\n")
 			f.SetLog("alloc-1", "train", "stdout", "gpujob: step=10 rank=1 loss=0.5\n")
@@ -164,7 +165,9 @@ func TestSubmitExitsWithTheJobsFailure(t *testing.T) {
 		if query != "JobAllocations" {
 			return
 		}
-		f.SetAlloc(alloc(0, "failed", "rank 0 exited 1: no restarts left (3 used)"))
+		exhausted := fixture.After(fixture.Joined(4, 0, 2, 0, 0, 2, "127.0.0.1:24001"), 4, 3)
+		exhausted.Kind, exhausted.Failure = taskevent.Restarting, taskevent.Failure{Member: "bert.train[0]", Reason: "rank 0 exited 1", ExitCode: 1}
+		f.SetAlloc(alloc(0, "failed", exhausted))
 		f.SetAlloc(alloc(1, "failed"))
 	}
 	out, _, err := runCmd(t, f, writeSpec(t, goodSpec))

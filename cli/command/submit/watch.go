@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 // watcher follows a job through Nomad blocking queries on its allocations
@@ -131,7 +132,7 @@ func (w *watcher) event(a *api.AllocationListStub, e *api.TaskEvent) {
 	switch e.Type {
 	case "Driver":
 		w.printf("%s: %s", a.Name, msg)
-		if p, ok := gpujobs.ParseJoined(msg); ok {
+		if p, ok := gpujobs.DriverEvent(e); ok && p.Kind == taskevent.Joined {
 			if w.rounds[p.Round] == nil {
 				w.rounds[p.Round] = map[string]bool{}
 			}
