@@ -63,6 +63,7 @@ func TestChaos(t *testing.T) {
 	}
 	c := haCluster(t)
 	c.nodeGPUs(t, fakeGPUsPerClient)
+	c.waitDriverHealthy(t)
 	rng := rand.New(rand.NewSource(int64(seed)))
 	plan := make([]chaosFault, n)
 	var names []string

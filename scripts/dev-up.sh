@@ -490,17 +490,6 @@ deadline=$((SECONDS + timeout))
 consul_desc="a Consul server"
 ((consul_servers == 1)) || consul_desc="$consul_servers Consul servers and a Consul client agent"
 log "starting $consul_desc, a Nomad server and $clients Nomad client(s) in $dir"
-for ((i = 1; i <= consul_servers; i++)); do
-	start "consul-server-$i" "$dir/consul/server-$i" "$consul" agent -config-file "$dir/config/consul-server-$i.hcl"
-done
-if ((consul_servers > 1)); then
-	start consul-client "$dir/consul/client" "$consul" agent -config-file "$dir/config/consul-client.hcl"
-fi
-start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
-# The clients retry the server until it answers, so they start right away.
-for ((i = 1; i <= clients; i++)); do
-	start "nomad-client-$i" "$dir/client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
-done
 
 # fail NAME MESSAGE prints MESSAGE and the tail of NAME's log, then exits
 # (the EXIT trap stops the cluster).
@@ -531,7 +520,8 @@ wait_for() {
 }
 
 # clients_ready succeeds once every client is registered, ready, and can run
-# raw_exec tasks; otherwise it leaves the first one that isn't in $lagging.
+# raw_exec tasks and (when it is installed) gpujob tasks; otherwise it leaves
+# the first one that isn't in $lagging.
 lagging="nomad-client-1"
 clients_ready() {
 	local body names=() i
@@ -540,22 +530,41 @@ clients_ready() {
 	lagging=$(printf '%s' "$body" | "$py" -c '
 import json, sys
 nodes = {n["Name"]: n for n in json.load(sys.stdin)}
-for name in sys.argv[1:]:
+drivers = sys.argv[1].split()
+for name in sys.argv[2:]:
     n = nodes.get(name)
     if not (n and n["Status"] == "ready"
-            and (n.get("Drivers") or {}).get("raw_exec", {}).get("Healthy")):
+            and all((n.get("Drivers") or {}).get(d, {}).get("Healthy") for d in drivers)):
         print("nomad-client-" + name.rsplit("-", 1)[1])
         break
-' "${names[@]}") || return 1
+' "$drivers" "${names[@]}") || return 1
 	[ -z "$lagging" ]
 }
 
-# The HTTP agent's node must be in the catalog and healthy before anything can
-# create a session on it (a session checks its node's serfHealth).
+# Consul first, and ready before any Nomad agent starts: the gpujob driver
+# fingerprints unhealthy while Consul has no leader, and Nomad does not
+# re-evaluate a job blocked on that when the driver turns healthy 30 s later.
+# The HTTP agent's node must also be in the catalog and healthy before
+# anything can create a session on it (a session checks its node's
+# serfHealth).
+for ((i = 1; i <= consul_servers; i++)); do
+	start "consul-server-$i" "$dir/consul/server-$i" "$consul" agent -config-file "$dir/config/consul-server-$i.hcl"
+done
 consul_http_agent=consul-server-1
-((consul_servers == 1)) || consul_http_agent=consul-client
+if ((consul_servers > 1)); then
+	start consul-client "$dir/consul/client" "$consul" agent -config-file "$dir/config/consul-client.hcl"
+	consul_http_agent=consul-client
+fi
 wait_for "a Consul leader" "$consul_http_agent" gpujob_has_leader "http://$consul_addr"
 wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_addr" gpujob-dev
+
+start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
+# The clients retry the server until it answers, so they start right away.
+for ((i = 1; i <= clients; i++)); do
+	start "nomad-client-$i" "$dir/client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
+done
+drivers=raw_exec
+have_plugin nomad-driver-gpujob && drivers+=" gpujob"
 wait_for "a Nomad leader" nomad-server gpujob_has_leader "$nomad_addr"
 wait_for "$clients ready Nomad client(s)" @lagging clients_ready
 startup=$((SECONDS - t0))
