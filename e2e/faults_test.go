@@ -391,7 +391,7 @@ func TestFaultKillSupervisor(t *testing.T) {
 		// member of a lost node.
 		edit: func(job *api.Job) {
 			job.TaskGroups[0].ReschedulePolicy = &api.ReschedulePolicy{
-				Attempts: intp(1), Interval: durp(time.Hour), Delay: durp(time.Second),
+				Attempts: intp(1), Interval: durp(time.Hour), Delay: durp(5 * time.Second), // Nomad's least
 				DelayFunction: strp("constant"), Unlimited: boolp(false),
 			}
 		},
@@ -544,8 +544,10 @@ func (f *faultRun) killConsulLeader(t *testing.T, meanwhile func(*testing.T) err
 			return fmt.Errorf("no new Consul leader 30s after server %s was killed", old)
 		}
 		time.Sleep(100 * time.Millisecond)
-		out, _ := f.c.script("dev-consul.sh", "leader")
-		next = strings.TrimSpace(out)
+		next = ""
+		if out, err := f.c.script("dev-consul.sh", "leader"); err == nil {
+			next = strings.TrimSpace(out)
+		}
 	}
 	t.Logf("Consul server %s (leader) killed; server %s leads %s later", old, next, time.Since(killed).Round(100*time.Millisecond))
 	if err := meanwhile(t); err != nil {
@@ -575,9 +577,12 @@ func TestFaultRankExitsZeroWhileItsChildHoldsStdout(t *testing.T) {
 	c.trainThroughFault(t, faultRow{
 		job: "e2e-fault-exit-zero",
 		// Each rank is a shell that trains, leaves a child holding its
-		// stdout and stderr, and exits with the workload's status.
+		// stdout and stderr, and exits with the workload's status. With
+		// log_prefix the supervisor reads the ranks' output through pipes,
+		// which the child keeps open.
 		edit: func(job *api.Job) {
 			task := job.TaskGroups[0].Tasks[0]
+			task.Config["log_prefix"] = true
 			args := task.Config["args"].([]interface{})
 			task.Config["command"] = "/bin/sh"
 			task.Config["args"] = append([]interface{}{"-c",
