@@ -87,7 +87,9 @@ func TestChaos(t *testing.T) {
 		Attempts: intp(n), Interval: durp(time.Hour), Delay: durp(5 * time.Second),
 		DelayFunction: strp("constant"), Unlimited: boolp(false),
 	}
+	leaks := c.leakCheckOnFailure(t, id)
 	c.register(t, job)
+	leaks.snapshotAtCleanup()
 
 	wantRestarts, lastRestartAt, after := 0, 0, 0
 	seen := map[string]bool{}
@@ -139,7 +141,7 @@ func TestChaos(t *testing.T) {
 	for _, a := range allocs {
 		seen[a.ID] = true
 	}
-	c.assertNoLeaks(t, id, keys(seen)...)
+	leaks.check(keys(seen)...)
 }
 
 // runningGroup is the job's members running now and their ranks.
