@@ -12,22 +12,58 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 )
 
-// cluster is the dev cluster the whole package shares.
+// cluster is a dev cluster started by scripts/dev-up.sh.
 type cluster struct {
 	dir    string // GPUJOB_DEV_DIR
 	env    map[string]string
 	nomad  *api.Client
 	repo   string
+	opts   clusterOptions
 	failed string // why the cluster could not start; tests fail with it
 }
 
+// clusterOptions say what dev-up starts.
+type clusterOptions struct {
+	clients       int // Nomad clients
+	gpus          int // fake GPUs per client
+	offset        int // GPUJOB_DEV_PORT_OFFSET
+	consulServers int // GPUJOB_DEV_CONSUL_SERVERS (0: dev-up's default, one)
+}
+
+// dev is the cluster the whole package shares: one client of four GPUs and
+// one Consul server.
 var dev *cluster
+
+// consulHA is the cluster of the tests that need a 3-server Consul (and a
+// Consul client agent); the first such test starts it, TestMain stops it.
+var consulHA struct {
+	once sync.Once
+	c    *cluster
+}
+
+// haCluster returns the shared 3-server-Consul cluster, starting it the
+// first time.
+func haCluster(t *testing.T) *cluster {
+	t.Helper()
+	if dev == nil {
+		t.Skip("e2e disabled: set GPUJOB_E2E=1")
+	}
+	consulHA.once.Do(func() {
+		consulHA.c = startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3})
+	})
+	if consulHA.c.failed != "" {
+		t.Fatalf("the 3-server-Consul cluster did not start: %s", consulHA.c.failed)
+	}
+	return consulHA.c
+}
 
 const fakeGPUsPerClient = 4
 
@@ -38,9 +74,14 @@ func TestMain(m *testing.M) {
 	}
 	dev = startCluster()
 	code := m.Run()
-	if err := dev.stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: stopping the dev cluster:", err)
-		code = 1
+	for _, c := range []*cluster{dev, consulHA.c} {
+		if c == nil {
+			continue
+		}
+		if err := c.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: stopping a dev cluster:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -59,7 +100,13 @@ func startCluster() *cluster {
 // startClusterWith brings up a cluster of clients Nomad clients with gpus
 // fake GPUs each, its ports moved by offset.
 func startClusterWith(clients, gpus, offset int) *cluster {
-	c := &cluster{repo: repoRoot()}
+	return startClusterOpts(clusterOptions{clients: clients, gpus: gpus, offset: offset})
+}
+
+// startClusterOpts brings up a cluster as opts say.
+func startClusterOpts(opts clusterOptions) *cluster {
+	clients, gpus, offset := opts.clients, opts.gpus, opts.offset
+	c := &cluster{repo: repoRoot(), opts: opts}
 	dir, err := os.MkdirTemp("", "gpujob-e2e-")
 	if err != nil {
 		c.failed = err.Error()
@@ -74,6 +121,9 @@ func startClusterWith(clients, gpus, offset int) *cluster {
 		fmt.Sprintf("GPUJOB_FAKE_GPUS=%d", gpus),
 		fmt.Sprintf("GPUJOB_DEV_CLIENTS=%d", clients),
 	)
+	if opts.consulServers > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_CONSUL_SERVERS=%d", opts.consulServers))
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -126,6 +176,28 @@ func readEnvFile(path string) (map[string]string, error) {
 		}
 	}
 	return env, s.Err()
+}
+
+// script runs one of the repository's scripts against this cluster and
+// returns its output; a failure is an error that carries the output.
+func (c *cluster) script(name string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(c.repo, "scripts", name), args...)
+	cmd.Env = append(os.Environ(), "GPUJOB_DEV_DIR="+c.dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("scripts/%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// consulClient is a Consul API client for the cluster's HTTP agent.
+func (c *cluster) consulClient(t *testing.T) *consul.Client {
+	t.Helper()
+	cc, err := consul.NewClient(&consul.Config{Address: c.env["CONSUL_HTTP_ADDR"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
 }
 
 // needCluster skips without GPUJOB_E2E and fails when the cluster is down.

@@ -4,16 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -154,72 +151,16 @@ func TestTrainingScalesAcrossWorkersWithTheSameModel(t *testing.T) {
 	}
 }
 
-// rankPID finds the process of a rank of a run by its environment.
-func rankPID(run string, rank int) int {
-	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		env := "\x00" + string(b)
-		if strings.Contains(env, "\x00TORCHELASTIC_RUN_ID="+run+"\x00") && strings.Contains(env, fmt.Sprintf("\x00RANK=%d\x00", rank)) {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			return pid
-		}
-	}
-	return 0
-}
-
 // waitCheckpoint waits for the run's first checkpoint file.
 func (c *cluster) waitCheckpoint(job string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if m, _ := filepath.Glob(filepath.Join(c.checkpointDir(job), "ckpt-*.pt")); len(m) > 0 {
+		if len(c.checkpoints(job)) > 0 {
 			return nil
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("no checkpoint in %s after %s", c.checkpointDir(job), timeout)
-}
-
-// midTraining runs act once the job has written a checkpoint, beside the
-// test goroutine that waits for the job; it reports act's error.
-func (c *cluster) midTraining(job string, act func() error) <-chan error {
-	ch := make(chan error, 1)
-	go func() {
-		if err := c.waitCheckpoint(job, 2*time.Minute); err != nil {
-			ch <- err
-			return
-		}
-		ch <- act()
-	}()
-	return ch
-}
-
-func TestKilledRankRestartsTheGroupFromItsCheckpoint(t *testing.T) {
-	c := needCluster(t)
-	c.nodeGPUs(t, fakeGPUsPerClient)
-	job := c.trainJob(t, "e2e-kill", 2, 1, []string{"--steps", "300", "--sleep-per-step", "0.05"})
-	killed := c.midTraining("e2e-kill", func() error {
-		pid := rankPID("default/e2e-kill", 1)
-		if pid == 0 {
-			return fmt.Errorf("rank 1's process not found")
-		}
-		return syscall.Kill(pid, syscall.SIGKILL)
-	})
-	res, _, allocs := c.runTraining(t, job, 5*time.Minute)
-	if err := <-killed; err != nil {
-		t.Fatalf("killing rank 1: %v", err)
-	}
-	if res.RestartCount != 1 || res.ResumedFromStep == 0 {
-		t.Errorf("after kill -9 of rank 1: restart_count %d, resumed from step %d; want 1 and a checkpoint's step",
-			res.RestartCount, res.ResumedFromStep)
-	}
-	events := c.taskEvents(t, allocs)
-	if !strings.Contains(events, "rank 1 exited 137: restarting group, 2 of 3 restarts left") {
-		t.Errorf("no task event tells of the restart:\n%s", events)
-	}
 }
 
 // taskEvents joins the messages of every allocation's train task events.
@@ -235,36 +176,6 @@ func (c *cluster) taskEvents(t *testing.T, allocs []*api.AllocationListStub) str
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func TestClientRestartDoesNotRestartTraining(t *testing.T) {
-	c := needCluster(t)
-	c.nodeGPUs(t, fakeGPUsPerClient)
-	const run = "default/e2e-client-restart"
-	job := c.trainJob(t, "e2e-client-restart", 2, 1, []string{"--steps", "300", "--sleep-per-step", "0.05"})
-	restarted := c.midTraining("e2e-client-restart", func() error {
-		before := []int{rankPID(run, 0), rankPID(run, 1)}
-		cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-client.sh"), "restart", "1")
-		cmd.Env = append(os.Environ(), "GPUJOB_DEV_DIR="+c.dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("restarting the Nomad client: %v\n%s", err, out)
-		}
-		after := []int{rankPID(run, 0), rankPID(run, 1)}
-		if before[0] == 0 || before[0] != after[0] || before[1] != after[1] {
-			return fmt.Errorf("rank processes before the client restart %v, after %v: want the same, running", before, after)
-		}
-		return nil
-	})
-	res, _, allocs := c.runTraining(t, job, 5*time.Minute)
-	if err := <-restarted; err != nil {
-		t.Fatal(err)
-	}
-	if res.RestartCount != 0 {
-		t.Errorf("training restarted %d time(s) across a client restart", res.RestartCount)
-	}
-	if ev := c.taskEvents(t, allocs); strings.Contains(ev, "Restarting") || strings.Contains(ev, "restarting group") {
-		t.Errorf("task restarted across a client restart:\n%s", ev)
-	}
 }
 
 func TestUnplaceableMemberTimesOutCleanly(t *testing.T) {
@@ -289,20 +200,5 @@ func TestUnplaceableMemberTimesOutCleanly(t *testing.T) {
 	}
 
 	// Nothing left behind: no rendezvous keys or sessions, no processes.
-	cc, err := consul.NewClient(&consul.Config{Address: c.env["CONSUL_HTTP_ADDR"]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if keys, _, err := cc.KV().Keys("gpujob/rendezvous/default/e2e-unplaced", "", nil); err != nil || len(keys) != 0 {
-		t.Errorf("rendezvous keys left: %v (%v)", keys, err)
-	}
-	if sessions, _, err := cc.Session().List(nil); err != nil || len(sessions) != 0 {
-		t.Errorf("Consul sessions left: %d (%v)", len(sessions), err)
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if b, _ := os.ReadFile(p); strings.Contains(string(b), placed.ID) {
-			t.Errorf("process %s still runs for the failed allocation: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
+	c.assertNoLeaks(t, "e2e-unplaced", placed.ID)
 }

@@ -63,8 +63,12 @@ consul_addr=$(env_value CONSUL_HTTP_ADDR)
 # Consul to talk to.
 server_pid=$(gpujob_dev_pid "$dir/pids/nomad-server.pid" "$dir") ||
 	die "the dev cluster in $dir is not running (no Nomad server); start it with $here/dev-up.sh"
-gpujob_dev_pid "$dir/pids/consul.pid" "$dir" >/dev/null ||
-	die "the dev cluster in $dir is not running (no Consul); restart it with $here/dev-down.sh and $here/dev-up.sh"
+# The Consul agent the Nomad agents talk to: the client agent of a
+# multi-server Consul, else the one server.
+consul_agent=consul-server-1
+[ ! -f "$dir/config/consul-client.hcl" ] || consul_agent=consul-client
+gpujob_dev_pid "$dir/pids/$consul_agent.pid" "$dir" >/dev/null ||
+	die "the dev cluster in $dir has no Consul agent running ($consul_agent); start it with $here/dev-consul.sh start$([ "$consul_agent" = consul-client ] && echo " client")"
 
 # The clients are the ones dev-up rendered a config for.
 clients=0

@@ -123,7 +123,7 @@ fi
 # 2. What the clients left running: Nomad deliberately leaves executors and
 #    tasks alive when a client stops (so they survive an agent restart). The
 #    server and Consul go last (step 3), and this script's callers never.
-mapfile -t others < <(pids_of nomad-server; pids_of consul)
+mapfile -t others < <(pids_of 'nomad-server*'; pids_of 'consul*')
 mapfile -t found < <(leftovers)
 mapfile -t keep < <(ancestors; printf '%s\n' "${others[@]}")
 rest=()
@@ -137,9 +137,9 @@ if [ ${#rest[@]} -gt 0 ]; then
 	stopped=1
 fi
 
-# 3. The server and Consul.
+# 3. The Nomad server(s) and the Consul agents.
 if [ ${#others[@]} -gt 0 ]; then
-	log "stopping the Nomad server and Consul"
+	log "stopping the Nomad server and the Consul agent(s)"
 	stop 10 "${others[@]}"
 	stopped=1
 fi

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Starts a local gpujob cluster on loopback addresses: a Consul dev agent, one
-# Nomad server and GPUJOB_DEV_CLIENTS Nomad clients carrying the gpujob
-# plugins, and returns once the cluster can schedule work. The agents keep
-# running after this script exits; scripts/dev-down.sh stops them.
+# Starts a local gpujob cluster on loopback addresses: Consul, one Nomad server
+# and GPUJOB_DEV_CLIENTS Nomad clients carrying the gpujob plugins, and returns
+# once the cluster can schedule work. The agents keep running after this
+# script exits; scripts/dev-down.sh stops them.
+#
+# Consul runs as a real server with a data directory, never `-dev` (which keeps
+# everything in memory: a restart would lose every key and session, which no
+# deployment does). With GPUJOB_DEV_CONSUL_SERVERS=1 (the default) that one
+# server also serves the HTTP API on 127.0.0.1. With 3 it is a 3-server raft
+# on 127.0.1.1-3 (clear of the Nomad clients' 127.0.0.2 and up) plus, as on a
+# production node, a Consul client agent on 127.0.0.1 that serves the HTTP
+# API: sessions the supervisors create are bound to that agent's node, so
+# they outlive any one server. scripts/dev-consul.sh stops, kills and starts
+# them one at a time.
 #
 # Environment (all optional):
 #   GPUJOB_DEV_DIR          state dir: configs, data dirs, logs, PID files, env (/tmp/gpujob-dev)
 #   GPUJOB_DEV_CLIENTS      number of Nomad clients (1); client i binds 127.0.0.(i+1)
+#   GPUJOB_DEV_CONSUL_SERVERS  Consul servers (1): 1 binds 127.0.0.1; more bind
+#                           127.0.1.N each and add a Consul client agent on 127.0.0.1
 #   GPUJOB_DEV_BACKEND      device plugin backend, nvml or fake (nvml when an NVIDIA driver is present)
 #   GPUJOB_FAKE_GPUS        GPUs per client with the fake backend (4)
 #   GPUJOB_PLUGIN_DIR       where `make build` put the plugins (<checkout>/bin)
@@ -20,6 +32,8 @@
 #   CONSUL_HTTP_PORT CONSUL_DNS_PORT CONSUL_GRPC_PORT CONSUL_GRPC_TLS_PORT
 #   CONSUL_SERVER_PORT CONSUL_SERF_LAN_PORT CONSUL_SERF_WAN_PORT
 #                                                      8500 8600 8502 8503 8300 8301 8302
+#                           (with several Consul servers every server uses the same
+#                           numbers on its own address, and so does the client agent)
 #   GPUJOB_DEV_DYN_PORTS    first dynamic task port (20000); client i gets 1000 from
 #                           there on, since all clients fingerprint the same 127.0.0.1
 set -euo pipefail
@@ -32,17 +46,20 @@ repo=$(cd "$here/.." && pwd)
 
 dir=$(gpujob_dev_dir)
 clients=${GPUJOB_DEV_CLIENTS:-1}
+consul_servers=${GPUJOB_DEV_CONSUL_SERVERS:-1}
 fake_gpus=${GPUJOB_FAKE_GPUS:-4}
 plugin_src=${GPUJOB_PLUGIN_DIR:-$repo/bin}
 log_level=${GPUJOB_DEV_LOG_LEVEL:-INFO}
 timeout=${GPUJOB_DEV_TIMEOUT:-90}
 off=${GPUJOB_DEV_PORT_OFFSET:-0}
 
-for v in clients fake_gpus timeout off; do
+for v in clients consul_servers fake_gpus timeout off; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
 done
 # Client i binds 127.0.0.(i+1); .255 is the broadcast address.
 ((clients >= 1 && clients <= 253)) || die "GPUJOB_DEV_CLIENTS must be 1..253, got $clients"
+((consul_servers >= 1 && consul_servers <= 9)) ||
+	die "GPUJOB_DEV_CONSUL_SERVERS must be 1..9, got $consul_servers"
 # The path ends up inside HCL strings, where these would need escaping.
 [[ $dir != *[\"\\]* ]] || die "GPUJOB_DEV_DIR must not contain quotes or backslashes: $dir"
 
@@ -66,6 +83,7 @@ nomad_addr=http://127.0.0.1:$nomad_http
 consul_addr=127.0.0.1:$consul_http
 
 client_ip() { echo "127.0.0.$(($1 + 1))"; }
+consul_server_ip() { gpujob_consul_server_ip "$1" "$consul_servers"; }
 client_name() { echo "gpujob-dev-client-$1"; }
 
 # ---- refuse to start on top of a running cluster -------------------------------
@@ -113,9 +131,18 @@ busy=()
 check_port() { # WHAT IP PORT
 	if port_busy "$2" "$3"; then busy+=("$2:$3 ($1)"); fi
 }
+# The HTTP agent (the one server, or the client agent) on 127.0.0.1; extra
+# servers on their own addresses.
 for p in consul_http consul_dns consul_grpc consul_grpc_tls consul_server consul_serf_lan consul_serf_wan; do
 	check_port "${p/_/ }" 127.0.0.1 "${!p}"
 done
+if ((consul_servers > 1)); then
+	for ((i = 1; i <= consul_servers; i++)); do
+		for p in consul_http consul_server consul_serf_lan consul_serf_wan; do
+			check_port "consul server $i ${p#consul_}" "$(consul_server_ip "$i")" "${!p}"
+		done
+	done
+fi
 for p in nomad_http nomad_rpc nomad_serf; do
 	check_port "nomad server ${p#nomad_}" 127.0.0.1 "${!p}"
 done
@@ -196,18 +223,66 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd -P) # mounts and /proc show real paths; dev-down matches on them
 touch "$dir/.gpujob-dev"   # marks the dir as ours: dev-down refuses to rm -rf anything else
 mkdir -p "$dir"/{config,logs,pids,plugins,server,tmp}
+for ((i = 1; i <= consul_servers; i++)); do mkdir -p "$dir/consul/server-$i"; done
+((consul_servers == 1)) || mkdir -p "$dir/consul/client"
 for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done
 : >"$dir/cgroup-parents"
 
 # The commented originals of these configs are in jobspecs/agent/.
-cat >"$dir/config/consul.hcl" <<EOF
-# Rendered by scripts/dev-up.sh from jobspecs/agent/consul-dev.hcl.
-node_name            = "gpujob-dev"
+# consul_server_config N renders server N. One server alone is the agent
+# everything talks to, on 127.0.0.1 with every port; one of several binds its
+# own address and keeps only what a server needs (the client agent serves DNS
+# and gRPC). raft_multiplier 1 is Consul's recommended production timing (the
+# default 5 suits small cloud VMs): a leader is elected about a second after
+# the last one is gone. min_quorum keeps autopilot from pruning a killed
+# server out of the raft peers, so it comes back as the same voter instead of
+# leaving a 2-server cluster that cannot lose another one.
+consul_server_config() {
+	local n=$1 ip join="" name=gpujob-dev j
+	ip=$(consul_server_ip "$n")
+	if ((consul_servers > 1)); then
+		name=gpujob-dev-consul-$n
+		for ((j = 1; j <= consul_servers; j++)); do
+			((j == n)) || join+="${join:+, }\"$(consul_server_ip "$j"):$consul_serf_lan\""
+		done
+	fi
+	cat <<EOF
+# Rendered by scripts/dev-up.sh from jobspecs/agent/consul-server.hcl.
+node_name            = "$name"
 datacenter           = "dc1"
+data_dir             = "$dir/consul/server-$n/data"
 log_level            = "$log_level"
 disable_update_check = true
-bind_addr            = "127.0.0.1"
-client_addr          = "127.0.0.1"
+server               = true
+bootstrap_expect     = $consul_servers
+bind_addr            = "$ip"
+client_addr          = "$ip"
+performance {
+  raft_multiplier = 1
+}
+ui_config {
+  enabled = true
+}
+EOF
+	if ((consul_servers > 1)); then
+		cat <<EOF
+retry_join     = [$join]
+retry_interval = "1s"
+autopilot {
+  min_quorum = $consul_servers
+}
+ports {
+  http     = $consul_http
+  dns      = -1
+  grpc     = -1
+  grpc_tls = -1
+  server   = $consul_server
+  serf_lan = $consul_serf_lan
+  serf_wan = $consul_serf_wan
+}
+EOF
+	else
+		cat <<EOF
 ports {
   http     = $consul_http
   dns      = $consul_dns
@@ -218,6 +293,56 @@ ports {
   serf_wan = $consul_serf_wan
 }
 EOF
+	fi
+}
+
+# consul_client_config renders the client agent of a multi-server cluster:
+# the local agent every Nomad node has in production, and the one the Nomad
+# agents and the supervisors talk to.
+consul_client_config() {
+	local join="" j
+	for ((j = 1; j <= consul_servers; j++)); do
+		join+="${join:+, }\"$(consul_server_ip "$j"):$consul_serf_lan\""
+	done
+	cat <<EOF
+# Rendered by scripts/dev-up.sh from jobspecs/agent/consul-client.hcl.
+node_name            = "gpujob-dev"
+datacenter           = "dc1"
+data_dir             = "$dir/consul/client/data"
+log_level            = "$log_level"
+disable_update_check = true
+server               = false
+# A client agent leaves the cluster on SIGTERM by default, and leaving
+# invalidates every session on its node: a restart of the local agent (an
+# upgrade) would then cost every supervisor its session. Production agents
+# that hold sessions want the same setting.
+leave_on_terminate   = false
+bind_addr            = "127.0.0.1"
+client_addr          = "127.0.0.1"
+retry_join           = [$join]
+retry_interval       = "1s"
+ui_config {
+  enabled = true
+}
+ports {
+  http     = $consul_http
+  dns      = $consul_dns
+  grpc     = $consul_grpc
+  grpc_tls = $consul_grpc_tls
+  serf_lan = $consul_serf_lan
+  serf_wan = -1
+}
+EOF
+}
+
+# consul-servers: one line per server, "N IP HTTP_PORT SERVER_PORT", for
+# scripts/dev-consul.sh.
+: >"$dir/consul-servers"
+for ((i = 1; i <= consul_servers; i++)); do
+	consul_server_config "$i" >"$dir/config/consul-server-$i.hcl"
+	echo "$i $(consul_server_ip "$i") $consul_http $consul_server" >>"$dir/consul-servers"
+done
+((consul_servers == 1)) || consul_client_config >"$dir/config/consul-client.hcl"
 
 cat >"$dir/config/nomad-server.hcl" <<EOF
 # Rendered by scripts/dev-up.sh from jobspecs/agent/nomad-server.hcl.
@@ -362,13 +487,9 @@ start() {
 
 t0=$SECONDS
 deadline=$((SECONDS + timeout))
-log "starting Consul, a Nomad server and $clients Nomad client(s) in $dir"
-start consul "$dir" "$consul" agent -dev -config-file "$dir/config/consul.hcl"
-start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
-# The clients retry the server until it answers, so they start right away.
-for ((i = 1; i <= clients; i++)); do
-	start "nomad-client-$i" "$dir/client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
-done
+consul_desc="a Consul server"
+((consul_servers == 1)) || consul_desc="$consul_servers Consul servers and a Consul client agent"
+log "starting $consul_desc, a Nomad server and $clients Nomad client(s) in $dir"
 
 # fail NAME MESSAGE prints MESSAGE and the tail of NAME's log, then exits
 # (the EXIT trap stops the cluster).
@@ -398,15 +519,9 @@ wait_for() {
 	done
 }
 
-# has_leader URL succeeds once a status/leader endpoint names a leader.
-has_leader() {
-	local body
-	body=$(curl -fsS --max-time 2 "$1/v1/status/leader" 2>/dev/null) || return 1
-	[ -n "$body" ] && [ "$body" != '""' ]
-}
-
 # clients_ready succeeds once every client is registered, ready, and can run
-# raw_exec tasks; otherwise it leaves the first one that isn't in $lagging.
+# raw_exec tasks and (when it is installed) gpujob tasks; otherwise it leaves
+# the first one that isn't in $lagging.
 lagging="nomad-client-1"
 clients_ready() {
 	local body names=() i
@@ -415,18 +530,42 @@ clients_ready() {
 	lagging=$(printf '%s' "$body" | "$py" -c '
 import json, sys
 nodes = {n["Name"]: n for n in json.load(sys.stdin)}
-for name in sys.argv[1:]:
+drivers = sys.argv[1].split()
+for name in sys.argv[2:]:
     n = nodes.get(name)
     if not (n and n["Status"] == "ready"
-            and (n.get("Drivers") or {}).get("raw_exec", {}).get("Healthy")):
+            and all((n.get("Drivers") or {}).get(d, {}).get("Healthy") for d in drivers)):
         print("nomad-client-" + name.rsplit("-", 1)[1])
         break
-' "${names[@]}") || return 1
+' "$drivers" "${names[@]}") || return 1
 	[ -z "$lagging" ]
 }
 
-wait_for "a Consul leader" consul has_leader "http://$consul_addr"
-wait_for "a Nomad leader" nomad-server has_leader "$nomad_addr"
+# Consul first, and ready before any Nomad agent starts: the gpujob driver
+# fingerprints unhealthy while Consul has no leader, and Nomad does not
+# re-evaluate a job blocked on that when the driver turns healthy 30 s later.
+# The HTTP agent's node must also be in the catalog and healthy before
+# anything can create a session on it (a session checks its node's
+# serfHealth).
+for ((i = 1; i <= consul_servers; i++)); do
+	start "consul-server-$i" "$dir/consul/server-$i" "$consul" agent -config-file "$dir/config/consul-server-$i.hcl"
+done
+consul_http_agent=consul-server-1
+if ((consul_servers > 1)); then
+	start consul-client "$dir/consul/client" "$consul" agent -config-file "$dir/config/consul-client.hcl"
+	consul_http_agent=consul-client
+fi
+wait_for "a Consul leader" "$consul_http_agent" gpujob_has_leader "http://$consul_addr"
+wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_addr" gpujob-dev
+
+start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
+# The clients retry the server until it answers, so they start right away.
+for ((i = 1; i <= clients; i++)); do
+	start "nomad-client-$i" "$dir/client-$i" "$nomad" agent -config "$dir/config/nomad-client-$i.hcl"
+done
+drivers=raw_exec
+have_plugin nomad-driver-gpujob && drivers+=" gpujob"
+wait_for "a Nomad leader" nomad-server gpujob_has_leader "$nomad_addr"
 wait_for "$clients ready Nomad client(s)" @lagging clients_ready
 startup=$((SECONDS - t0))
 
@@ -438,6 +577,9 @@ export GPUJOB_DEV_DIR='$dir'
 export NOMAD_ADDR='$nomad_addr'
 export CONSUL_HTTP_ADDR='$consul_addr'
 export PATH='$(dirname "$nomad")':'$(dirname "$consul")':"\$PATH"
+export GPUJOB_DEV_CONSUL_SERVERS='$consul_servers'
+export GPUJOB_DEV_NOMAD_BIN='$nomad'
+export GPUJOB_DEV_CONSUL_BIN='$consul'
 EOF
 
 # One line per client: address, drivers, GPUs.
@@ -468,7 +610,7 @@ have_plugin nomad-driver-gpujob || devices+="; no task driver plugin ($plugin_sr
 down=$here/dev-down.sh
 [ "$dir" = /tmp/gpujob-dev ] || down="GPUJOB_DEV_DIR=$dir $down"
 cat <<EOF
-gpujob dev cluster is up in ${startup}s: $clients client(s); $devices
+gpujob dev cluster is up in ${startup}s: $clients client(s), $consul_servers Consul server(s); $devices
   Nomad   $nomad_addr  (UI: $nomad_addr/ui)
   Consul  http://$consul_addr  (UI: http://$consul_addr/ui)
   nodes:

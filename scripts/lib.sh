@@ -90,3 +90,31 @@ gpujob_dev_start() {
 	done
 	die "$name did not start"
 }
+
+# gpujob_consul_server_ip N SERVERS prints Consul server N's address: the one
+# server of a single-server cluster binds 127.0.0.1 and serves the API there;
+# each of several binds 127.0.1.N, clear of the Nomad clients' 127.0.0.(i+1)
+# and of the client agent that then takes 127.0.0.1.
+gpujob_consul_server_ip() {
+	if (($2 == 1)); then
+		echo 127.0.0.1
+	else
+		echo "127.0.1.$1"
+	fi
+}
+
+# gpujob_has_leader URL succeeds once URL's /v1/status/leader (Consul's or
+# Nomad's) names a leader.
+gpujob_has_leader() {
+	local body
+	body=$(curl -fsS --max-time 2 "$1/v1/status/leader" 2>/dev/null) || return 1
+	[ -n "$body" ] && [ "$body" != '""' ]
+}
+
+# gpujob_consul_node_healthy ADDR NODE succeeds once the catalog, asked at
+# ADDR (host:port), has NODE with a passing serfHealth check: only then can a
+# session be created on that node.
+gpujob_consul_node_healthy() {
+	curl -fsS --max-time 2 "http://$1/v1/health/node/$2" 2>/dev/null |
+		grep -E '"CheckID": ?"serfHealth"[^}]*"Status": ?"passing"' >/dev/null
+}
