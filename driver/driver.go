@@ -132,6 +132,7 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 		defer close(ch)
 		t := time.NewTimer(0)
 		defer t.Stop()
+		var health consulHealth
 		for {
 			select {
 			case <-ctx.Done():
@@ -139,10 +140,11 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 			case <-d.ctx.Done():
 				return
 			case <-t.C:
-				t.Reset(fingerprintPeriod)
 			}
+			fp, next := d.fingerprint(ctx, &health)
+			t.Reset(next)
 			select {
-			case ch <- d.fingerprint(ctx):
+			case ch <- fp:
 			case <-ctx.Done():
 				return
 			}
@@ -153,26 +155,26 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 
 // fingerprint is healthy when the supervisors will be able to reach Consul:
 // a node whose Consul is down must not be given training tasks that would
-// only time out in the rendezvous.
-func (d *Driver) fingerprint(ctx context.Context) *drivers.Fingerprint {
+// only time out in the rendezvous. A Consul that answered before and is down
+// for less than consulOutageGrace keeps the driver healthy (see
+// consulHealth). It also returns when to fingerprint next.
+func (d *Driver) fingerprint(ctx context.Context, health *consulHealth) (*drivers.Fingerprint, time.Duration) {
 	cfg, _ := d.settings()
 	if cfg == nil {
-		return &drivers.Fingerprint{Health: drivers.HealthStateUndetected, HealthDescription: "waiting for the plugin config"}
+		return &drivers.Fingerprint{Health: drivers.HealthStateUndetected, HealthDescription: "waiting for the plugin config"}, fingerprintRetryPeriod
 	}
 	fp := &drivers.Fingerprint{Attributes: map[string]*pstructs.Attribute{
 		"driver.gpujob":         pstructs.NewBoolAttribute(true),
 		"driver.gpujob.version": pstructs.NewStringAttribute(PluginVersion),
 	}}
 	spec, err := consulSpec(cfg, os.Getenv)
-	if err == nil {
-		err = supervisor.CheckConsul(ctx, spec)
-	}
 	if err != nil {
 		fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, err.Error()
-		return fp
+		return fp, fingerprintPeriod
 	}
-	fp.Health, fp.HealthDescription = drivers.HealthStateHealthy, drivers.DriverHealthy
-	return fp
+	var next time.Duration
+	fp.Health, fp.HealthDescription, next = health.observe(time.Now(), supervisor.CheckConsul(ctx, spec))
+	return fp, next
 }
 
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
