@@ -17,7 +17,10 @@ import (
 // failed write, so waiting for a change could wait for ever.
 func (r *Rendezvous) coordinate(ctx context.Context) {
 	views := make(chan memberView, 1)
-	go r.watchMembers(ctx, views)
+	ctx, cancel := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() { defer close(watching); r.watchMembers(ctx, views) }()
+	defer func() { cancel(); <-watching }()
 
 	p := policy{Min: r.cfg.Min, Max: r.cfg.Max, MaxRestarts: r.cfg.MaxRestarts}
 	var (

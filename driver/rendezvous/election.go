@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -44,6 +45,9 @@ func (r *Rendezvous) campaign(ctx context.Context) {
 					return
 				}
 				r.logf("acquire the coordinator lock: %v (retrying)", err)
+				if strings.Contains(err.Error(), "invalid session") {
+					sess.Check()
+				}
 				wait = bo.next()
 			}
 			select {

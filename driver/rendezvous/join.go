@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -215,8 +216,11 @@ func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 	}
 	got, _, err := r.kv.Acquire(&api.KVPair{Key: r.key(livePrefix + r.self.ID), Value: val, Session: sid}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
-		// Among others "invalid session": ours was just lost; the
-		// retry uses its replacement.
+		if strings.Contains(err.Error(), "invalid session") {
+			// Ours was just lost: have it confirmed now, so that the
+			// retry can use its replacement.
+			r.checkSession(sid)
+		}
 		return fmt.Errorf("rendezvous %s: register %s for round %d: %w", r.cfg.RunID, r.self.Name, gen, err)
 	}
 	if !got {
@@ -226,6 +230,16 @@ func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 	r.registered, r.regSession = gen, sid
 	r.mu.Unlock()
 	return nil
+}
+
+// checkSession asks session sid, if still current, to check with Consul now.
+func (r *Rendezvous) checkSession(sid string) {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess != nil && sess.ID() == sid {
+		sess.Check()
+	}
 }
 
 // casRound writes rec if P/ctl/round still has ModifyIndex idx (0: absent).

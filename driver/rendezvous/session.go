@@ -46,6 +46,7 @@ type Session struct {
 	opts   SessionOptions
 
 	stop     chan struct{} // closed by Close: stop renewing
+	check    chan struct{} // a request found the session invalid: renew now
 	stopOnce sync.Once
 	renewed  chan struct{} // closed when the renewal loop has exited
 
@@ -88,6 +89,7 @@ func NewSession(ctx context.Context, client *api.Client, opts SessionOptions) (*
 		opts:    opts,
 		stop:    make(chan struct{}),
 		renewed: make(chan struct{}),
+		check:   make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
 	go s.renew()
@@ -110,6 +112,16 @@ func (s *Session) Err() error {
 
 // Lost reports whether Consul has said the session does not exist.
 func (s *Session) Lost() bool { return errors.Is(s.Err(), ErrSessionLost) }
+
+// Check asks the renewal loop to renew now rather than at its next turn:
+// a request was refused for an invalid session, and if Consul says the
+// session is gone, Done should close without waiting up to TTL/2.
+func (s *Session) Check() {
+	select {
+	case s.check <- struct{}{}:
+	default:
+	}
+}
 
 func (s *Session) end(err error) {
 	s.doneOnce.Do(func() {
@@ -138,8 +150,14 @@ func (s *Session) renew() {
 	ttl := s.opts.TTL
 	wait := ttl / 2
 	for {
-		if !sleepCtx(ctx, wait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-s.check:
+			t.Stop()
+		case <-t.C:
 		}
 		// One renewal must not hang past the TTL on a dead connection.
 		rctx, rcancel := context.WithTimeout(ctx, max(ttl/2, time.Second))
