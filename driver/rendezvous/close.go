@@ -54,7 +54,7 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 			return fmt.Errorf("rendezvous %s: leave as %s: %w", r.cfg.RunID, r.self.Name, err)
 		}
 	}
-	if err := retry(ctx, r.logfFunc(), "cleanup", r.cleanup); err != nil {
+	if err := r.cleanup(ctx); err != nil {
 		return fmt.Errorf("rendezvous %s: cleanup: %w", r.cfg.RunID, err)
 	}
 	return nil
@@ -71,15 +71,27 @@ func (r *Rendezvous) Stop(ctx context.Context) error {
 	return r.Close(ctx)
 }
 
+// cleanup deletes the run's keys if this member is the last one out and the
+// run is over (see Close). Each request is retried on its own, so that a
+// flaky Consul does not have to answer the whole sequence in one go.
 func (r *Rendezvous) cleanup(ctx context.Context) error {
-	live, _, err := r.kv.Keys(r.key(livePrefix), "", (&api.QueryOptions{}).WithContext(ctx))
+	var live []string
+	err := r.retry(ctx, "list live members", func(ctx context.Context) (err error) {
+		live, _, err = r.kv.Keys(r.key(livePrefix), "", (&api.QueryOptions{}).WithContext(ctx))
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("list live members: %w", err)
+		return err
 	}
 	if len(live) > 0 {
 		return nil // not the last one out
 	}
-	rec, idx, err := r.getRound(ctx)
+	var rec *roundRecord
+	var idx uint64
+	err = r.retry(ctx, "read round record", func(ctx context.Context) (err error) {
+		rec, idx, err = r.getRound(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -87,12 +99,20 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 	over := r.stopping || rec == nil || rec.terminal()
 	r.mu.Unlock()
 	if !over && rec.Status == statusComplete {
-		pairs, _, err := r.kv.List(r.key(donePrefix), (&api.QueryOptions{}).WithContext(ctx))
+		var pairs api.KVPairs
+		err := r.retry(ctx, "list finished members", func(ctx context.Context) (err error) {
+			pairs, _, err = r.kv.List(r.key(donePrefix), (&api.QueryOptions{}).WithContext(ctx))
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("list finished members: %w", err)
+			return err
 		}
 		done := parseMembers(r.base, pairs).done
-		members, err := r.getRoster(ctx, rec.Number)
+		var members []Member
+		err = r.retry(ctx, "read roster", func(ctx context.Context) (err error) {
+			members, err = r.getRoster(ctx, rec.Number)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -113,10 +133,15 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 	}
 	// A failed guard (ok false, no error) means someone reopened the run
 	// since we looked: it is theirs now.
-	if _, _, _, err := r.kv.Txn(api.KVTxnOps{guard, {Verb: api.KVDeleteTree, Key: r.base}}, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("delete %s: %w", r.base, err)
-	}
-	return nil
+	return r.retry(ctx, "delete "+r.base, func(ctx context.Context) error {
+		_, _, _, err := r.kv.Txn(api.KVTxnOps{guard, {Verb: api.KVDeleteTree, Key: r.base}}, (&api.QueryOptions{}).WithContext(ctx))
+		return err
+	})
+}
+
+// retry is retry with this member's logger.
+func (r *Rendezvous) retry(ctx context.Context, what string, op func(context.Context) error) error {
+	return retry(ctx, r.logfFunc(), what, op)
 }
 
 // isLayoutName says whether name is a key of the run layout (P/ctl/,

@@ -24,6 +24,13 @@ func (r *Rendezvous) campaign(ctx context.Context) {
 		if st.fatal != nil {
 			return
 		}
+		if st.ok && st.sess != nil && st.sess.Err() == nil && st.snap.leader == st.sess.ID() {
+			// We hold the lock though we did not hear so: the answer
+			// to our acquire was lost (or the step-down was for a
+			// stale view). Lead.
+			r.lead(ctx, st.sess)
+			continue
+		}
 		if !st.ok || st.snap.leader != "" || st.sess == nil {
 			select {
 			case <-ctx.Done():

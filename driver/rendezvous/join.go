@@ -156,10 +156,15 @@ func (r *Rendezvous) joinStep(ctx context.Context, st memberState, timedOut bool
 		}
 		if rd, ok := buildRound(rec, members, r.self.ID); ok {
 			if registered != rec.Number {
-				// We are in the roster, but not with this session: our
-				// old session went after the round completed, and the
-				// coordinator is about to end it. Wait for that.
-				break
+				// In the roster, but we do not know that we registered
+				// with this session: the answer to our registration was
+				// lost (it did land), or our session was replaced after
+				// the round completed (then the coordinator is about to
+				// end the round: wait for that). Consul knows which.
+				held, err := r.holdsRegistration(ctx, sid, rec.Number)
+				if err != nil || !held {
+					return nil, err
+				}
 			}
 			r.mu.Lock()
 			r.lastReturned, r.roundSession = rd.Number, st.sess
@@ -230,6 +235,23 @@ func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 	r.registered, r.regSession = gen, sid
 	r.mu.Unlock()
 	return nil
+}
+
+// holdsRegistration reports whether our registration for generation gen is
+// in Consul, held by session sid; if so, it is remembered.
+func (r *Rendezvous) holdsRegistration(ctx context.Context, sid string, gen int) (bool, error) {
+	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, fmt.Errorf("rendezvous %s: read registration of %s: %w", r.cfg.RunID, r.self.Name, err)
+	}
+	var lr liveRecord
+	if p == nil || p.Session != sid || json.Unmarshal(p.Value, &lr) != nil || lr.Gen != gen {
+		return false, nil
+	}
+	r.mu.Lock()
+	r.registered, r.regSession = gen, sid
+	r.mu.Unlock()
+	return true, nil
 }
 
 // checkSession asks session sid, if still current, to check with Consul now.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,4 +415,75 @@ func TestTransient(t *testing.T) {
 			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+}
+
+// flakyTransport fails one request to Consul in every (at random, so that
+// no retry sequence of a fixed length always meets the failure) with a 500,
+// half of them before the request reaches Consul and half after it was
+// applied (the answer lost), which is what retries must be idempotent
+// against.
+// Blocking reads and session creation are only failed before: a lost
+// answer to a blocking read would just block, and a session created with
+// its answer lost is an orphan that expires with its TTL, by design.
+type flakyTransport struct {
+	base   http.RoundTripper
+	every  uint64
+	n      atomic.Int64
+	failed atomic.Int64
+}
+
+func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.n.Add(1)
+	if rand.Uint64N(f.every) != 0 {
+		return f.base.RoundTrip(req)
+	}
+	f.failed.Add(1)
+	after := rand.IntN(2) == 0 && req.Method == http.MethodPut && !strings.HasSuffix(req.URL.Path, "/session/create")
+	if after {
+		resp, err := f.base.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: http.StatusInternalServerError,
+		Status:     "500 Internal Server Error",
+		Body:       io.NopCloser(strings.NewReader("injected failure")),
+		Header:     http.Header{},
+		Request:    req,
+	}, nil
+}
+
+// Every request path retries: a whole run (round, Fail, next round, Done,
+// Close) with one request in 4 failing completes like a clean one.
+func TestFlakyConsul(t *testing.T) {
+	needConsul(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	flaky := &flakyTransport{base: &http.Transport{}, every: 4}
+	c, err := api.NewClient(&api.Config{Address: testAgent.addr, HttpClient: &http.Client{Transport: flaky}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGroup(t, Config{Client: c, Min: 3, Max: 3, MaxRestarts: 2, JoinTimeout: 30 * time.Second}, 3, nil)
+	rounds := g.mustJoin(ctx, g.rs)
+	watches := []<-chan Failure{g.rs[1].Watch(ctx, rounds[1]), g.rs[2].Watch(ctx, rounds[2])}
+	want := Failure{Member: "train[0]", Reason: "crash", ExitCode: 2}
+	if err := g.rs[0].Fail(ctx, rounds[0], want); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	for i, w := range watches {
+		if f, ok := <-w; !ok || f != want {
+			t.Fatalf("watch %d: %+v %v", i, f, ok)
+		}
+	}
+	rounds = g.mustJoin(ctx, g.rs)
+	if rounds[0].Number != 2 || rounds[0].Restarts != 1 {
+		t.Fatalf("round %d restarts %d, want 2 and 1", rounds[0].Number, rounds[0].Restarts)
+	}
+	g.doneAll(ctx, rounds)
+	g.closeAll()
+	t.Logf("%d of %d requests failed", flaky.failed.Load(), flaky.n.Load())
+	assertClean(t, g.runID)
 }
