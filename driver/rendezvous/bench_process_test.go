@@ -30,7 +30,9 @@ func runMember() int {
 	}
 	m, _ := strconv.Atoi(f[2])
 	idx, _ := strconv.Atoi(f[3])
-	client, err := api.NewClient(&api.Config{Address: f[0]})
+	cfg := api.DefaultConfig()
+	cfg.Address = f[0]
+	client, err := api.NewClient(cfg)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -69,19 +71,19 @@ func runMember() int {
 // barrier opening to the last member returning from Join, session creation
 // included.
 func BenchmarkRoundProcesses(b *testing.B) {
-	needConsul(b)
+	addr, _, _ := benchConsul(b)
 	for _, m := range []int{8, 32, 64} {
 		b.Run(fmt.Sprintf("M=%d", m), func(b *testing.B) {
 			var total time.Duration
 			for i := 0; i < b.N; i++ {
-				total += roundOfProcesses(b, m, fmt.Sprintf("bench/proc-%d-%d-%d", m, i, time.Now().UnixNano()))
+				total += roundOfProcesses(b, addr, m, fmt.Sprintf("bench/proc-%d-%d-%d", m, i, time.Now().UnixNano()))
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s/round")
 		})
 	}
 }
 
-func roundOfProcesses(b *testing.B, m int, run string) time.Duration {
+func roundOfProcesses(b *testing.B, addr string, m int, run string) time.Duration {
 	type member struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -98,7 +100,7 @@ func roundOfProcesses(b *testing.B, m int, run string) time.Duration {
 	}()
 	for i := 0; i < m; i++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d", memberEnv, testAgent.addr, run, m, i))
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d", memberEnv, addr, run, m, i))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			b.Fatal(err)

@@ -3,20 +3,54 @@ package rendezvous
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 )
 
-// BenchmarkRound measures, for M in-process members against the test agent,
-// the time from nothing to every member holding the complete round (Open +
-// Join, so it includes creating M sessions), and the Consul HTTP requests
-// that took per member (req/member; must not grow with M).
+// benchConsulEnv names an external Consul (host:port of its HTTP API, e.g.
+// a 3-server cluster's local agent) for the benchmarks instead of the dev
+// agent the test binary starts. CONSUL_HTTP_TOKEN and the other
+// CONSUL_HTTP_* variables apply to it.
+const benchConsulEnv = "GPUJOB_BENCH_CONSUL_ADDR"
+
+// benchConsul returns the Consul the benchmarks run against and the
+// transport that counts their requests.
+func benchConsul(b *testing.B) (string, *api.Client, *countingTransport) {
+	addr := os.Getenv(benchConsulEnv)
+	if addr == "" {
+		needConsul(b)
+		return testAgent.addr, testAgent.client, testAgent.count
+	}
+	count := &countingTransport{base: &http.Transport{
+		MaxIdleConnsPerHost: 8192,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	cfg := api.DefaultConfig()
+	cfg.Address = addr
+	cfg.HttpClient = &http.Client{Transport: count}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return addr, c, count
+}
+
+// BenchmarkRound measures, for M in-process members against the test agent
+// (or the Consul at $GPUJOB_BENCH_CONSUL_ADDR), the time from nothing to
+// every member holding the complete round (Open + Join, so it includes
+// creating M sessions), and the Consul HTTP requests that took per member
+// (req/member; must not grow with M).
 //
 //	go test -run '^$' -bench BenchmarkRound -benchtime 1x ./driver/rendezvous/
+//	GPUJOB_BENCH_CONSUL_ADDR=127.0.0.1:8500 go test -run '^$' -bench 'BenchmarkRound$' -benchtime 1x ./driver/rendezvous/
 func BenchmarkRound(b *testing.B) {
-	c := needConsul(b)
+	_, c, count := benchConsul(b)
 	for _, m := range []int{8, 64, 256, 1024} {
 		b.Run(fmt.Sprintf("M=%d", m), func(b *testing.B) {
 			var reqs int64
@@ -33,10 +67,10 @@ func BenchmarkRound(b *testing.B) {
 					rs[i] = r
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				testAgent.count.mu.Lock()
-				testAgent.count.byKind = map[string]int{}
-				testAgent.count.mu.Unlock()
-				before := testAgent.count.n.Load()
+				count.mu.Lock()
+				count.byKind = map[string]int{}
+				count.mu.Unlock()
+				before := count.n.Load()
 				errs := make([]error, m)
 				rounds := make([]*Round, m)
 				var wg sync.WaitGroup
@@ -58,14 +92,14 @@ func BenchmarkRound(b *testing.B) {
 				}
 				wg.Wait()
 				b.StopTimer()
-				reqs += testAgent.count.n.Load() - before
+				reqs += count.n.Load() - before
 				slices.Sort(opened)
 				slices.Sort(joined)
 				b.Logf("M=%d: sessions open: median %s, last %s; Join returned: first %s, p10 %s, median %s, p90 %s, last %s", m, opened[m/2], opened[m-1], joined[0], joined[m/10], joined[m/2], joined[m*9/10], joined[m-1])
-				testAgent.count.mu.Lock()
-				b.Logf("M=%d requests by kind: %v", m, testAgent.count.byKind)
-				testAgent.count.byKind = nil
-				testAgent.count.mu.Unlock()
+				count.mu.Lock()
+				b.Logf("M=%d requests by kind: %v", m, count.byKind)
+				count.byKind = nil
+				count.mu.Unlock()
 				for i, err := range errs {
 					if err != nil {
 						b.Fatalf("member %d: %v", i, err)

@@ -97,6 +97,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	agent.Stop()
+	if server.agent != nil {
+		server.agent.Stop()
+	}
 	os.Exit(code)
 }
 
@@ -109,10 +112,16 @@ func needConsul(t testing.TB) *api.Client {
 	return testAgent.client
 }
 
-// assertClean checks that no key of runID and no session of ours is left.
+// assertClean checks that no key of runID and no session of ours is left
+// on the shared dev agent.
 func assertClean(t *testing.T, runID string) {
 	t.Helper()
-	c := testAgent.client
+	assertCleanOn(t, testAgent.client, runID)
+}
+
+// assertCleanOn checks that no key of runID and no session of ours is left.
+func assertCleanOn(t *testing.T, c *api.Client, runID string) {
+	t.Helper()
 	keys, _, err := c.KV().Keys(DefaultPrefix+"/"+runID+"/", "", nil)
 	if err != nil {
 		t.Fatalf("list keys: %v", err)
@@ -135,4 +144,37 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// server is a real single Consul server with a data directory, for the
+// outage tests, which stop and restart it; started by the first test that
+// needs it (needServer).
+var server struct {
+	once   sync.Once
+	err    error
+	agent  *testagent.Consul
+	client *api.Client
+}
+
+// serverTTL is the session TTL of the outage tests: the server accepts
+// TTLs down to 1s (session_ttl_min), so that losing a session is quick to
+// see and surviving an outage several TTLs long means something.
+const serverTTL = 2 * time.Second
+
+func needServer(t *testing.T) (*testagent.Consul, *api.Client) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Consul server; skipped in -short mode")
+	}
+	server.once.Do(func() {
+		server.agent, server.err = testagent.StartConsulServer(`session_ttl_min = "1s"`)
+		if server.err != nil {
+			return
+		}
+		server.client, server.err = api.NewClient(&api.Config{Address: server.agent.Addr})
+	})
+	if server.err != nil {
+		t.Fatalf("consul server: %v", server.err)
+	}
+	return server.agent, server.client
 }

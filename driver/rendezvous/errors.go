@@ -14,6 +14,10 @@ type JoinTimeoutError struct {
 	Min, Max int      // members the round needed
 	Joined   []Member // members that had joined, in rank order
 	Missing  []string // Expected names that had not joined
+	// Cause is set when this member could not reach Consul to record the
+	// timeout for everyone: the last Consul error (Joined is then
+	// unknown and Missing lists every expected name).
+	Cause error
 }
 
 func (e *JoinTimeoutError) Error() string {
@@ -29,6 +33,9 @@ func (e *JoinTimeoutError) Error() string {
 		e.RunID, e.Round, e.Timeout, len(e.Joined), need, strings.Join(names, ", "))
 	if len(e.Missing) > 0 {
 		msg += "; never joined: " + strings.Join(e.Missing, ", ")
+	}
+	if e.Cause != nil {
+		msg += "; consul unreachable: " + e.Cause.Error()
 	}
 	return msg
 }

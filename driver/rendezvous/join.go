@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -15,7 +16,7 @@ var errNotOpen = errors.New("rendezvous: not open (call Open first) or already c
 func (r *Rendezvous) usable() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.opened || r.closed || r.sessionID == "" {
+	if !r.opened || r.closed || r.cancel == nil {
 		return errNotOpen
 	}
 	return nil
@@ -26,49 +27,90 @@ func (r *Rendezvous) usable() error {
 // current round is already complete without it, for the next one: a late
 // joiner, which with Min<Max makes the coordinator start a new round).
 //
+// Consul errors are retried with backoff; none ends Join early. A lost
+// session is replaced and the member registers again with the new one.
 // When JoinTimeout passes first, the round is marked timed out so that
-// every member waiting for it returns the same *JoinTimeoutError at once.
-// A failure with the restart budget spent returns *RestartsExhaustedError.
+// every member waiting for it returns the same *JoinTimeoutError; if Consul
+// cannot be reached to record that within a short grace (2 s), Join returns
+// a *JoinTimeoutError of its own with the Consul error as Cause. So Join
+// returns within JoinTimeout + 2 s, or when ctx ends. A failure with the
+// restart budget spent returns *RestartsExhaustedError.
 func (r *Rendezvous) Join(ctx context.Context) (*Round, error) {
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(r.cfg.JoinTimeout)
-	defer timer.Stop()
-	timedOut := false
+	deadline := time.Now().Add(r.cfg.JoinTimeout)
+	hardDeadline := deadline.Add(timeoutGrace)
+	bo := newBackoff()
+	var (
+		retryC  <-chan time.Time
+		lastErr error
+		last    memberState
+	)
 	for {
-		s, ok, changed, lost := r.state()
-		if lost != nil {
-			return nil, fmt.Errorf("rendezvous %s: join as %s: %w", r.cfg.RunID, r.self.Name, lost)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("rendezvous %s: join as %s: %w", r.cfg.RunID, r.self.Name, err)
 		}
-		if ok {
-			rd, err := r.joinStep(ctx, s, timedOut)
-			if err != nil || rd != nil {
-				return rd, err
+		now := time.Now()
+		timedOut := !now.Before(deadline)
+		if !now.Before(hardDeadline) {
+			return nil, r.localTimeout(last, lastErr)
+		}
+		st := r.state()
+		last = st
+		if st.fatal != nil {
+			return nil, fmt.Errorf("rendezvous %s: join as %s: %w", r.cfg.RunID, r.self.Name, st.fatal)
+		}
+		stepDeadline := deadline
+		if timedOut {
+			stepDeadline = hardDeadline
+		}
+		if st.ok && st.sess != nil {
+			sctx, cancel := context.WithDeadline(ctx, stepDeadline)
+			rd, err := r.joinStep(sctx, st, timedOut)
+			cancel()
+			switch {
+			case rd != nil:
+				return rd, nil
+			case err == nil:
+				bo.reset()
+				retryC = nil
+			case transient(err) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil):
+				lastErr = err
+				r.logf("join: %v (retrying)", err)
+				retryC = time.After(bo.next())
+			default:
+				return nil, err
 			}
 		}
+		wake := time.NewTimer(time.Until(stepDeadline))
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("rendezvous %s: join as %s: %w", r.cfg.RunID, r.self.Name, ctx.Err())
-		case <-changed:
-		case <-timer.C:
-			timedOut = true
+		case <-st.changed:
+		case <-retryC:
+			retryC = nil
+		case <-wake.C:
 		}
+		wake.Stop()
 	}
 }
 
-// joinStep acts on one snapshot: it returns the round when Join is done, an
-// error when Join fails, or neither to keep waiting.
-func (r *Rendezvous) joinStep(ctx context.Context, s snapshot, timedOut bool) (*Round, error) {
-	rec := s.round
+// joinStep acts on one state: it returns the round when Join is done, an
+// error when Join fails (or a request failed), or neither to keep waiting.
+func (r *Rendezvous) joinStep(ctx context.Context, st memberState, timedOut bool) (*Round, error) {
+	rec := st.snap.round
+	sid := st.sess.ID()
 	r.mu.Lock()
 	registered, last := r.registered, r.lastReturned
+	if r.regSession != sid {
+		registered = 0 // our registration went with the old session
+	}
 	r.mu.Unlock()
 	switch {
 	case rec == nil:
 		// The coordinator creates round 1; register for it meanwhile.
 		if registered != 1 {
-			if err := r.register(ctx, 1); err != nil {
+			if err := r.register(ctx, sid, 1); err != nil {
 				return nil, err
 			}
 		}
@@ -76,21 +118,21 @@ func (r *Rendezvous) joinStep(ctx context.Context, s snapshot, timedOut bool) (*
 			return nil, &JoinTimeoutError{RunID: r.cfg.RunID, Round: 1, Timeout: r.cfg.JoinTimeout.String(), Min: r.cfg.Min, Max: r.cfg.Max, Missing: r.cfg.Expected}
 		}
 	case rec.terminal():
-		if registered > 0 {
+		if r.tookPart() {
 			return nil, r.terminalError(rec)
 		}
 		// A member that never took part finds a run that ended for
-		// good: it is a new attempt (Nomad restarted or rescheduled the
-		// group), so it opens a fresh round with a fresh budget. The
-		// round number keeps counting so stale registrations of the old
-		// attempt never match.
+		// good: it is a new attempt (Nomad restarted the group under
+		// the same run ID), so it opens a fresh round with a fresh
+		// budget. The round number keeps counting so stale
+		// registrations of the old attempt never match.
 		next := &roundRecord{Number: rec.Number + 1, Status: statusJoining, MaxRestarts: r.cfg.MaxRestarts, Min: r.cfg.Min, Max: r.cfg.Max}
-		if _, err := r.casRound(ctx, next, s.roundIndex); err != nil {
+		if _, err := r.casRound(ctx, next, st.snap.roundIndex); err != nil {
 			return nil, err
 		}
 	case rec.Status == statusJoining:
 		if registered != rec.Number {
-			if err := r.register(ctx, rec.Number); err != nil {
+			if err := r.register(ctx, sid, rec.Number); err != nil {
 				return nil, err
 			}
 		}
@@ -105,13 +147,7 @@ func (r *Rendezvous) joinStep(ctx context.Context, s snapshot, timedOut bool) (*
 			// (e.g. right after our own Fail): wait for the next.
 			break
 		}
-		if r.tr != nil {
-			r.tr[0] = time.Now()
-		}
 		members, err := r.getRoster(ctx, rec.Number)
-		if r.tr != nil {
-			r.tr[1] = time.Now()
-		}
 		if err != nil {
 			return nil, err
 		}
@@ -119,14 +155,25 @@ func (r *Rendezvous) joinStep(ctx context.Context, s snapshot, timedOut bool) (*
 			break // the roster has moved on: so will the record
 		}
 		if rd, ok := buildRound(rec, members, r.self.ID); ok {
+			if registered != rec.Number {
+				// In the roster, but we do not know that we registered
+				// with this session: the answer to our registration was
+				// lost (it did land), or our session was replaced after
+				// the round completed (then the coordinator is about to
+				// end the round: wait for that). Consul knows which.
+				held, err := r.holdsRegistration(ctx, sid, rec.Number)
+				if err != nil || !held {
+					return nil, err
+				}
+			}
 			r.mu.Lock()
-			r.lastReturned = rd.Number
+			r.lastReturned, r.roundSession = rd.Number, st.sess
 			r.mu.Unlock()
 			return rd, nil
 		}
 		// Complete without us: ask for the next round.
 		if registered != rec.Number+1 {
-			if err := r.register(ctx, rec.Number+1); err != nil {
+			if err := r.register(ctx, sid, rec.Number+1); err != nil {
 				return nil, err
 			}
 		}
@@ -138,31 +185,90 @@ func (r *Rendezvous) joinStep(ctx context.Context, s snapshot, timedOut bool) (*
 	return nil, nil
 }
 
+// tookPart reports whether this member ever registered in the run.
+func (r *Rendezvous) tookPart() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.registered > 0
+}
+
+// localTimeout is the JoinTimeoutError of a member that could not reach
+// Consul to record the timeout: it says what the member last saw.
+func (r *Rendezvous) localTimeout(st memberState, cause error) error {
+	e := &JoinTimeoutError{RunID: r.cfg.RunID, Round: 1, Timeout: r.cfg.JoinTimeout.String(), Min: r.cfg.Min, Max: r.cfg.Max,
+		Missing: append([]string(nil), r.cfg.Expected...), Cause: cause}
+	if rec := st.snap.round; st.ok && rec != nil {
+		e.Round = rec.Number
+		if rec.Min > 0 {
+			e.Min, e.Max = rec.Min, rec.Max
+		}
+		if rec.Status == statusComplete {
+			e.Round = rec.Number + 1
+		}
+	}
+	if cause == nil {
+		e.Cause = errors.New("consul did not answer before the join timeout")
+	}
+	return e
+}
+
 // register writes this member's registration for generation gen, held by
-// its session so that it vanishes with the session.
-func (r *Rendezvous) register(ctx context.Context, gen int) error {
+// session sid so that it vanishes with the session.
+func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 	val, err := json.Marshal(liveRecord{Member: r.self, Gen: gen})
 	if err != nil {
-		return fmt.Errorf("rendezvous %s: encode registration: %w", r.cfg.RunID, err)
+		return permanent(fmt.Errorf("rendezvous %s: encode registration: %w", r.cfg.RunID, err))
 	}
-	got, _, err := r.kv.Acquire(&api.KVPair{Key: r.key(livePrefix + r.self.ID), Value: val, Session: r.SessionID()}, (&api.WriteOptions{}).WithContext(ctx))
+	got, _, err := r.kv.Acquire(&api.KVPair{Key: r.key(livePrefix + r.self.ID), Value: val, Session: sid}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
+		if strings.Contains(err.Error(), "invalid session") {
+			// Ours was just lost: have it confirmed now, so that the
+			// retry can use its replacement.
+			r.checkSession(sid)
+		}
 		return fmt.Errorf("rendezvous %s: register %s for round %d: %w", r.cfg.RunID, r.self.Name, gen, err)
 	}
 	if !got {
-		return fmt.Errorf("rendezvous %s: register %s for round %d: key held by another session (duplicate member ID %q, or our session was invalidated)", r.cfg.RunID, r.self.Name, gen, r.self.ID)
+		return permanent(fmt.Errorf("rendezvous %s: register %s for round %d: key held by another session (duplicate member ID %q?)", r.cfg.RunID, r.self.Name, gen, r.self.ID))
 	}
 	r.mu.Lock()
-	r.registered = gen
+	r.registered, r.regSession = gen, sid
 	r.mu.Unlock()
 	return nil
+}
+
+// holdsRegistration reports whether our registration for generation gen is
+// in Consul, held by session sid; if so, it is remembered.
+func (r *Rendezvous) holdsRegistration(ctx context.Context, sid string, gen int) (bool, error) {
+	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, fmt.Errorf("rendezvous %s: read registration of %s: %w", r.cfg.RunID, r.self.Name, err)
+	}
+	var lr liveRecord
+	if p == nil || p.Session != sid || json.Unmarshal(p.Value, &lr) != nil || lr.Gen != gen {
+		return false, nil
+	}
+	r.mu.Lock()
+	r.registered, r.regSession = gen, sid
+	r.mu.Unlock()
+	return true, nil
+}
+
+// checkSession asks session sid, if still current, to check with Consul now.
+func (r *Rendezvous) checkSession(sid string) {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess != nil && sess.ID() == sid {
+		sess.Check()
+	}
 }
 
 // casRound writes rec if P/ctl/round still has ModifyIndex idx (0: absent).
 func (r *Rendezvous) casRound(ctx context.Context, rec *roundRecord, idx uint64) (bool, error) {
 	val, err := json.Marshal(rec)
 	if err != nil {
-		return false, fmt.Errorf("rendezvous %s: encode round %d: %w", r.cfg.RunID, rec.Number, err)
+		return false, permanent(fmt.Errorf("rendezvous %s: encode round %d: %w", r.cfg.RunID, rec.Number, err))
 	}
 	ok, _, err := r.kv.CAS(&api.KVPair{Key: r.key(roundKey), Value: val, ModifyIndex: idx}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
@@ -176,7 +282,7 @@ func (r *Rendezvous) casRound(ctx context.Context, rec *roundRecord, idx uint64)
 func (r *Rendezvous) completeRound(ctx context.Context, rec *roundRecord, members []Member, idx uint64) (bool, error) {
 	val, err := json.Marshal(rec)
 	if err != nil {
-		return false, fmt.Errorf("rendezvous %s: encode round %d: %w", r.cfg.RunID, rec.Number, err)
+		return false, permanent(fmt.Errorf("rendezvous %s: encode round %d: %w", r.cfg.RunID, rec.Number, err))
 	}
 	ok, _, _, err := r.kv.Txn(api.KVTxnOps{
 		{Verb: api.KVSet, Key: r.key(rosterKey), Value: encodeRoster(rec.Number, members)},
@@ -200,7 +306,7 @@ func (r *Rendezvous) getRoster(ctx context.Context, number int) ([]Member, error
 	}
 	n, ms, err := decodeRoster(p.Value)
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err)
+		return nil, permanent(fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err))
 	}
 	if n != number {
 		return nil, nil
@@ -220,62 +326,51 @@ func (r *Rendezvous) getRound(ctx context.Context) (*roundRecord, uint64, error)
 	}
 	var rec roundRecord
 	if err := json.Unmarshal(p.Value, &rec); err != nil {
-		return nil, 0, fmt.Errorf("rendezvous %s: decode round record: %w", r.cfg.RunID, err)
+		return nil, 0, permanent(fmt.Errorf("rendezvous %s: decode round record: %w", r.cfg.RunID, err))
 	}
 	return &rec, p.ModifyIndex, nil
 }
 
 // declareTimeout marks open round n as timed out, recording who joined and
-// who did not, so that every member waiting for it fails the same way.
+// who did not, so that every member waiting for it fails the same way. A
+// lost CAS is no error: the record moved on, and the watch will show how.
 func (r *Rendezvous) declareTimeout(ctx context.Context, n int) error {
-	for attempt := 0; attempt < 5; attempt++ {
-		rec, idx, err := r.getRound(ctx)
-		if err != nil || rec == nil || rec.Number != n || rec.Status != statusJoining {
-			return err
-		}
-		pairs, _, err := r.kv.List(r.key(livePrefix), (&api.QueryOptions{}).WithContext(ctx))
-		if err != nil {
-			return fmt.Errorf("rendezvous %s: list members for timeout of round %d: %w", r.cfg.RunID, n, err)
-		}
-		joined := parseMembers(r.base, pairs).candidates(n)
-		have := map[string]bool{}
-		for _, m := range joined {
-			have[m.Name] = true
-		}
-		var missing []string
-		for _, name := range r.cfg.Expected {
-			if !have[name] {
-				missing = append(missing, name)
-			}
-		}
-		next := *rec
-		next.Status, next.Joined, next.Missing, next.Timeout = statusTimeout, joined, missing, r.cfg.JoinTimeout.String()
-		if ok, err := r.casRound(ctx, &next, idx); ok || err != nil {
-			return err
+	rec, idx, err := r.getRound(ctx)
+	if err != nil || rec == nil || rec.Number != n || rec.Status != statusJoining {
+		return err
+	}
+	pairs, _, err := r.kv.List(r.key(livePrefix), (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("rendezvous %s: list members for timeout of round %d: %w", r.cfg.RunID, n, err)
+	}
+	joined := parseMembers(r.base, pairs).candidates(n)
+	have := map[string]bool{}
+	for _, m := range joined {
+		have[m.Name] = true
+	}
+	var missing []string
+	for _, name := range r.cfg.Expected {
+		if !have[name] {
+			missing = append(missing, name)
 		}
 	}
-	return nil
-}
-
-// endRound is the record that follows rec when failure f ends it. consume
-// says whether f spends a restart (failures do; membership changes don't).
-func endRound(rec *roundRecord, f failureRecord, consume bool) *roundRecord {
-	if consume && rec.Restarts >= rec.MaxRestarts {
-		next := *rec
-		next.Status, next.LastFailure = statusExhausted, &f
-		return &next
-	}
-	restarts := rec.Restarts
-	if consume {
-		restarts++
-	}
-	return &roundRecord{Number: rec.Number + 1, Status: statusJoining, Restarts: restarts, MaxRestarts: rec.MaxRestarts, LastFailure: &f, Min: rec.Min, Max: rec.Max}
+	next := *rec
+	next.Status, next.Joined, next.Missing, next.Timeout = statusTimeout, joined, missing, r.cfg.JoinTimeout.String()
+	_, err = r.casRound(ctx, &next, idx)
+	return err
 }
 
 // Fail ends round for every member because of f (a local process exited
 // non-zero) and consumes one restart of the group's budget. If the round has
 // already ended (another member or the coordinator was first), it does
 // nothing: one event, one restart.
+//
+// Consul errors are retried with backoff until the failure is recorded or
+// ctx ends; Fail returns an error only then (or on a corrupt record). Give
+// it as long as the member can wait for the group to restart, e.g. the
+// task's own context (ended by a stop): while Consul is down nobody else can
+// start the next round either, and a Fail given up would leave the other
+// members (or, in a one-member group, this one) waiting for ever.
 func (r *Rendezvous) Fail(ctx context.Context, round *Round, f Failure) error {
 	if err := r.usable(); err != nil {
 		return err
@@ -283,60 +378,100 @@ func (r *Rendezvous) Fail(ctx context.Context, round *Round, f Failure) error {
 	if f.Member == "" {
 		f.Member = r.self.Name
 	}
-	for attempt := 0; attempt < 10; attempt++ {
+	bo := newBackoff()
+	for {
 		rec, idx, err := r.getRound(ctx)
-		if err != nil {
-			return fmt.Errorf("fail round %d: %w", round.Number, err)
+		if err == nil {
+			if rec == nil || rec.Number != round.Number || rec.Status != statusComplete {
+				return nil
+			}
+			var ok bool
+			ok, err = r.casRound(ctx, endRound(rec, failureRecord{Failure: f, MemberID: r.self.ID, ByID: r.self.ID}, true), idx)
+			if err == nil && ok {
+				return nil
+			}
+			if err == nil {
+				continue // the record changed under us: read it again
+			}
 		}
-		if rec == nil || rec.Number != round.Number || rec.Status != statusComplete {
-			return nil
+		if !transient(err) {
+			return fmt.Errorf("rendezvous %s: fail round %d: %w", r.cfg.RunID, round.Number, err)
 		}
-		ok, err := r.casRound(ctx, endRound(rec, failureRecord{Failure: f, MemberID: r.self.ID, ByID: r.self.ID}, true), idx)
-		if err != nil {
-			return fmt.Errorf("fail round %d: %w", round.Number, err)
-		}
-		if ok {
-			return nil
+		r.logf("fail round %d: %v (retrying)", round.Number, err)
+		if !bo.wait(ctx) {
+			return fmt.Errorf("rendezvous %s: fail round %d: %w (last error: %w)", r.cfg.RunID, round.Number, ctx.Err(), err)
 		}
 	}
-	return fmt.Errorf("rendezvous %s: fail round %d: round record kept changing", r.cfg.RunID, round.Number)
 }
 
 // Done records that this member finished round successfully, so that its
-// departure is not taken for a failure.
+// departure is not taken for a failure. Like Fail it retries Consul errors
+// until the record is written or ctx ends; give it as long as a successful
+// run can afford to wait to say so (a Done given up makes the member's
+// departure look like a failure to the others).
 func (r *Rendezvous) Done(ctx context.Context, round *Round) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
-	val, _ := json.Marshal(doneRecord{Gen: round.Number})
-	if _, err := r.kv.Put(&api.KVPair{Key: r.key(donePrefix + r.self.ID), Value: val}, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+	val, err := json.Marshal(doneRecord{Gen: round.Number})
+	if err != nil {
+		return fmt.Errorf("rendezvous %s: encode done record: %w", r.cfg.RunID, err)
+	}
+	err = retry(ctx, r.logfFunc(), "mark done", func(ctx context.Context) error {
+		_, err := r.kv.Put(&api.KVPair{Key: r.key(donePrefix + r.self.ID), Value: val}, (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("rendezvous %s: mark %s done in round %d: %w", r.cfg.RunID, r.self.Name, round.Number, err)
 	}
 	return nil
 }
 
+// logfFunc is r.logf, or nil without Config.Logf (for retry).
+func (r *Rendezvous) logfFunc() func(string, ...any) {
+	if r.cfg.Logf == nil {
+		return nil
+	}
+	return r.logf
+}
+
 // Watch delivers one Failure, then closes, when round ends for a reason
 // other than this member's own Fail: another member's Fail, a member that
 // vanished without Done (session invalidated), a late joiner with Min<Max,
-// the restart budget running out, or this member's session being lost. It
-// closes without delivering when ctx ends, the member is closed, or the run
-// was cleaned up after success. It waits on the member's blocking query of
-// the control keys, so it costs no requests of its own.
+// the restart budget running out, or this member's session being lost
+// (Consul said it does not exist; the member gets a new session for its
+// next Join). It closes without delivering when ctx ends, the member is
+// closed, or the run was cleaned up after success. A Consul outage delivers
+// nothing: the watch waits for Consul to answer again. It waits on the
+// member's blocking query of the control keys, so it costs no requests of
+// its own.
 func (r *Rendezvous) Watch(ctx context.Context, round *Round) <-chan Failure {
 	ch := make(chan Failure, 1)
 	r.mu.Lock()
 	closedCh := r.closedCh
+	sess := r.sess
+	if round != nil && round.Number == r.lastReturned && r.roundSession != nil {
+		sess = r.roundSession
+	}
 	r.mu.Unlock()
+	var lostC <-chan struct{}
+	if sess != nil {
+		lostC = sess.Done()
+	}
 	go func() {
 		defer close(ch)
+		if sess == nil {
+			ch <- Failure{Member: r.self.Name, Reason: "consul session lost"}
+			return
+		}
 		for {
-			s, ok, changed, lost := r.state()
-			if lost != nil {
-				ch <- Failure{Member: r.self.Name, Reason: lost.Error()}
+			st := r.state()
+			if st.fatal != nil {
+				ch <- Failure{Member: r.self.Name, Reason: st.fatal.Error()}
 				return
 			}
-			if ok {
-				rec := s.round
+			if st.ok {
+				rec := st.snap.round
 				if rec == nil {
 					return // cleaned up: the run is over
 				}
@@ -352,130 +487,15 @@ func (r *Rendezvous) Watch(ctx context.Context, round *Round) <-chan Failure {
 				return
 			case <-closedCh:
 				return
-			case <-changed:
+			case <-lostC:
+				if sess.Lost() {
+					ch <- Failure{Member: r.self.Name, Reason: sess.Err().Error()}
+					return
+				}
+				lostC = nil // closed by Close: closedCh follows
+			case <-st.changed:
 			}
 		}
 	}()
 	return ch
-}
-
-// Close leaves the run: it stops the background work and destroys the
-// session (which deletes this member's registration and releases the
-// coordinator lock if held).
-//
-// Cleanup: the member that finds no live registration left after its own is
-// gone is the last one out. It deletes every key of the run when the run is
-// over — every member of the last complete round called Done, a join timed
-// out, or the restart budget ran out — in a transaction guarded by the round
-// record's ModifyIndex, so it never deletes a round someone has reopened
-// since. Otherwise (members died, a round is open) the state is kept: Nomad
-// reschedules the allocations and the new members continue with the same
-// round numbers and restart count. Use Purge to drop such a run for good.
-func (r *Rendezvous) Close(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.opened || r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	close(r.closedCh)
-	id := r.sessionID
-	r.mu.Unlock()
-
-	r.cancel()
-	close(r.renewStop)
-	<-r.renewDone
-	r.wg.Wait()
-	if _, err := r.ses.Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("rendezvous %s: destroy session of %s: %w", r.cfg.RunID, r.self.Name, err)
-	}
-	if err := r.cleanup(ctx); err != nil {
-		return fmt.Errorf("rendezvous %s: cleanup: %w", r.cfg.RunID, err)
-	}
-	return nil
-}
-
-// Stop is Close for a member that was stopped on purpose (its job is being
-// stopped): if it is the last member out, the run is over and its state is
-// deleted, where Close would keep it for replacements of dead members.
-func (r *Rendezvous) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	r.stopping = true
-	r.mu.Unlock()
-	return r.Close(ctx)
-}
-
-func (r *Rendezvous) cleanup(ctx context.Context) error {
-	live, _, err := r.kv.Keys(r.key(livePrefix), "", (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("list live members: %w", err)
-	}
-	if len(live) > 0 {
-		return nil // not the last one out
-	}
-	rec, idx, err := r.getRound(ctx)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	over := r.stopping || rec == nil || rec.terminal()
-	r.mu.Unlock()
-	if !over && rec.Status == statusComplete {
-		pairs, _, err := r.kv.List(r.key(donePrefix), (&api.QueryOptions{}).WithContext(ctx))
-		if err != nil {
-			return fmt.Errorf("list finished members: %w", err)
-		}
-		done := parseMembers(r.base, pairs).done
-		if r.tr != nil {
-			r.tr[0] = time.Now()
-		}
-		members, err := r.getRoster(ctx, rec.Number)
-		if r.tr != nil {
-			r.tr[1] = time.Now()
-		}
-		if err != nil {
-			return err
-		}
-		over = members != nil
-		for _, m := range members {
-			if done[m.ID] < rec.Number {
-				over = false
-				break
-			}
-		}
-	}
-	if !over {
-		return nil
-	}
-	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: r.key(roundKey)}
-	if rec != nil {
-		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: r.key(roundKey), Index: idx}
-	}
-	ok, resp, _, err := r.kv.Txn(api.KVTxnOps{guard, {Verb: api.KVDeleteTree, Key: r.base}}, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", r.base, err)
-	}
-	if !ok && resp != nil && len(resp.Errors) > 0 && rec != nil {
-		// The round record changed under us: someone reopened the
-		// run; it is theirs now.
-		return nil
-	}
-	return nil
-}
-
-// Purge deletes every key of a run, whatever its state. It is for an
-// operator (or the driver, when a job is stopped for good): a run whose
-// members all died keeps its state on purpose (see Close).
-func Purge(ctx context.Context, client *api.Client, prefix, runID string) error {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if runID == "" {
-		return errors.New("rendezvous: purge: empty run ID")
-	}
-	base := fmt.Sprintf("%s/%s/", prefix, runID)
-	if _, err := client.KV().DeleteTree(base, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("rendezvous: purge %s: %w", base, err)
-	}
-	return nil
 }

@@ -24,23 +24,48 @@ const (
 	// a dead coordinator's lock must be re-acquirable at once, and member
 	// keys are never re-acquired by anyone else anyway.
 	lockDelay = time.Millisecond
-	// errorBackoff is how long a background loop waits after a failed
-	// request before retrying (an error path, not polling).
-	errorBackoff = 500 * time.Millisecond
+	// timeoutGrace is how long past JoinTimeout a Join may spend recording
+	// the timeout in Consul (so that every member fails the same way)
+	// before it gives up on Consul and returns the timeout on its own.
+	timeoutGrace = 2 * time.Second
 )
 
 // Config describes a run and how this member takes part in it.
 type Config struct {
-	Client      *api.Client   // Consul client
-	Prefix      string        // KV prefix, default "gpujob/rendezvous"
-	RunID       string        // job-scoped id, e.g. "default/bert-a"; keys live under Prefix/RunID/
-	RunGroup    string        // placeholder until the rendezvous rework lands (issue 7): runs of one job
-	SessionTTL  time.Duration // default 10s; renewed by the member
+	Client *api.Client // Consul client
+	Prefix string      // KV prefix, default "gpujob/rendezvous"
+	// RunID names one run (one submission of a job), e.g.
+	// "default/bert-a/<submission>"; keys live under Prefix/RunID/.
+	// Replacement members of the same run share its round numbers and
+	// restart budget.
+	RunID string
+	// RunGroup, if set, is the parent of RunID (RunID must be
+	// RunGroup + "/" + one more path element), e.g. "default/bert-a":
+	// the runs of one job. Open deletes every other run of the group whose
+	// members are all gone, so a resubmission starts afresh and dead
+	// submissions leave nothing behind.
+	RunGroup    string
+	SessionTTL  time.Duration // default 10s; renewed by the member every TTL/2
 	Min, Max    int           // nnodes "4" => 4,4 ; "2:4" => 2,4
-	JoinTimeout time.Duration // default 5m: how long Join waits for a round to complete
+	JoinTimeout time.Duration // default 5m: how long Join waits for a round to complete (and Open for Consul)
 	LastCall    time.Duration // with Min<Max: once Min members joined, wait this long for more (default 5s)
 	MaxRestarts int           // group-wide restart budget
 	Expected    []string      // names of the members that should join, for error messages
+	// SessionNodeChecks are the node checks the member's session is bound
+	// to. Nil keeps Consul's default, the serfHealth check of the node of
+	// the agent the Client talks to: when Consul declares that node failed,
+	// the session (and the member) is gone at once, without waiting for
+	// its TTL.
+	SessionNodeChecks []string
+	// SessionTTLOnly binds the session to no node check: it lives as long
+	// as it is renewed (Consul invalidates it 2×SessionTTL after the last
+	// renewal). Use it when the agent the member talks to may restart
+	// with a leave (a client agent with leave_on_terminate), which fails
+	// its serfHealth and with it every session bound to it.
+	SessionTTLOnly bool
+	// Logf, if set, hears of transient Consul errors being retried and of
+	// session replacement. It must be safe for concurrent use.
+	Logf func(format string, args ...any)
 }
 
 // Member is one participant of the run (one Nomad allocation).
@@ -76,34 +101,38 @@ func (f Failure) String() string {
 	return fmt.Sprintf("%s: %s", f.Member, f.Reason)
 }
 
-// Rendezvous is one member's handle on a run. Its methods are safe for
-// concurrent use.
+// Rendezvous is one member's handle on a run: the facade over a Session
+// (session.go), the coordinator election (election.go), the coordinator
+// (coordinator.go, deciding through the pure decide.go) and membership
+// (join.go). Its methods are safe for concurrent use.
 type Rendezvous struct {
 	cfg  Config
 	self Member
 	kv   *api.KV
-	ses  *api.Session
 	base string // Prefix/RunID/
 
-	mu           sync.Mutex
-	sessionID    string
-	snap         snapshot
-	haveSnap     bool
-	changed      chan struct{} // closed and replaced on every publish
-	lost         error         // set when our session is gone for good
-	registered   int           // generation of our live key; 0 = never registered
-	lastReturned int           // number of the last round Join returned
+	mu       sync.Mutex
+	sess     *Session // current session; nil before Open and while a lost one is replaced
+	snap     snapshot
+	haveSnap bool
+	changed  chan struct{} // closed and replaced on every publish
+	fatal    error         // a corrupt record: waiting cannot fix it
+	// registered is the generation of our live key and regSession the
+	// session that holds it; a new session means registering again.
+	registered int
+	regSession string
+	// lastReturned is the number of the last round Join returned and
+	// roundSession the session it was joined with: Watch reports that
+	// session's loss as this member's failure.
+	lastReturned int
+	roundSession *Session
 	closedCh     chan struct{} // closed by Close
-	leading      bool
 	opened       bool
 	closed       bool
 	stopping     bool // Stop: the run ends with this member if it is the last
 
-	tr        []time.Time
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	renewStop chan struct{}
-	renewDone chan struct{}
+	cancel context.CancelFunc // stops the background work; nil until Open succeeds
+	wg     sync.WaitGroup
 }
 
 // New validates the configuration and fills in defaults. It does no I/O.
@@ -117,6 +146,12 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 	cfg.Prefix = strings.Trim(cfg.Prefix, "/")
 	if cfg.RunID == "" || strings.HasPrefix(cfg.RunID, "/") || strings.HasSuffix(cfg.RunID, "/") {
 		return nil, fmt.Errorf("rendezvous: Config.RunID %q must be non-empty without leading or trailing '/'", cfg.RunID)
+	}
+	if cfg.RunGroup != "" {
+		sub, ok := strings.CutPrefix(cfg.RunID, cfg.RunGroup+"/")
+		if !ok || sub == "" || strings.Contains(sub, "/") || isLayoutName(sub) {
+			return nil, fmt.Errorf("rendezvous: Config.RunID %q must be Config.RunGroup %q + \"/\" + one path element (not ctl, m or roster)", cfg.RunID, cfg.RunGroup)
+		}
 	}
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = DefaultSessionTTL
@@ -144,6 +179,9 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 	if cfg.MaxRestarts < 0 {
 		return nil, fmt.Errorf("rendezvous: Config.MaxRestarts %d is negative", cfg.MaxRestarts)
 	}
+	if cfg.SessionTTLOnly && len(cfg.SessionNodeChecks) > 0 {
+		return nil, errors.New("rendezvous: Config.SessionTTLOnly and Config.SessionNodeChecks exclude each other")
+	}
 	if self.ID == "" || strings.ContainsAny(self.ID, "/ ") {
 		return nil, fmt.Errorf("rendezvous: Member.ID %q must be non-empty without '/' or spaces", self.ID)
 	}
@@ -158,11 +196,11 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 		return nil, fmt.Errorf("rendezvous: Member.LocalWorldSize %d must be at least 1", self.LocalWorldSize)
 	}
 	cfg.Expected = append([]string(nil), cfg.Expected...)
+	cfg.SessionNodeChecks = append([]string(nil), cfg.SessionNodeChecks...)
 	return &Rendezvous{
 		cfg:      cfg,
 		self:     self,
 		kv:       cfg.Client.KV(),
-		ses:      cfg.Client.Session(),
 		base:     cfg.Prefix + "/" + cfg.RunID + "/",
 		changed:  make(chan struct{}),
 		closedCh: make(chan struct{}),
@@ -171,17 +209,43 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 
 func (r *Rendezvous) key(rel string) string { return r.base + rel }
 
-// SessionID returns this member's Consul session ("" before Open).
+func (r *Rendezvous) logf(format string, args ...any) {
+	if r.cfg.Logf != nil {
+		r.cfg.Logf("rendezvous %s (%s): "+format, append([]any{r.cfg.RunID, r.self.Name}, args...)...)
+	}
+}
+
+// SessionID returns this member's current Consul session ("" before Open,
+// and while a lost session is being replaced).
 func (r *Rendezvous) SessionID() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sessionID
+	if r.sess == nil {
+		return ""
+	}
+	return r.sess.ID()
 }
 
-// Open creates the member's session and starts renewing it and watching the
-// run's control keys. The session uses Behavior=delete, so the member's
-// registration disappears with it, and the default node check (serfHealth),
-// so a node that Consul declares failed invalidates it.
+func (r *Rendezvous) sessionOptions() SessionOptions {
+	var checks []string
+	if len(r.cfg.SessionNodeChecks) > 0 {
+		checks = r.cfg.SessionNodeChecks
+	}
+	return SessionOptions{
+		Name:       "gpujob-rendezvous " + r.cfg.RunID + " " + r.self.Name,
+		TTL:        r.cfg.SessionTTL,
+		LockDelay:  lockDelay,
+		NodeChecks: checks,
+		TTLOnly:    r.cfg.SessionTTLOnly,
+		Logf:       r.cfg.Logf,
+	}
+}
+
+// Open creates the member's session (retrying transient Consul errors for
+// up to JoinTimeout or until ctx ends), deletes the dead runs of its
+// RunGroup, and starts the background work: session renewal and
+// replacement, the watch of the run's control keys, and the campaign for
+// the coordinator lock. If Open fails, Close is still safe to call.
 func (r *Rendezvous) Open(ctx context.Context) error {
 	r.mu.Lock()
 	if r.opened {
@@ -191,55 +255,101 @@ func (r *Rendezvous) Open(ctx context.Context) error {
 	r.opened = true
 	r.mu.Unlock()
 
-	ttl := r.cfg.SessionTTL.String()
-	id, _, err := r.ses.Create(&api.SessionEntry{
-		Name:      "gpujob-rendezvous " + r.cfg.RunID + " " + r.self.Name,
-		Behavior:  api.SessionBehaviorDelete,
-		TTL:       ttl,
-		LockDelay: lockDelay,
-	}, (&api.WriteOptions{}).WithContext(ctx))
+	octx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
+	defer cancel()
+	sess, err := NewSession(octx, r.cfg.Client, r.sessionOptions())
 	if err != nil {
-		return fmt.Errorf("rendezvous %s: create session for %s: %w", r.cfg.RunID, r.self.Name, err)
+		return fmt.Errorf("rendezvous %s: open as %s: %w", r.cfg.RunID, r.self.Name, err)
 	}
-	bg, cancel := context.WithCancel(context.Background())
+	bg, stopBg := context.WithCancel(context.Background())
 	r.mu.Lock()
-	r.sessionID = id
-	r.cancel = cancel
-	r.renewStop = make(chan struct{})
-	r.renewDone = make(chan struct{})
+	if r.closed {
+		// Closed while we were creating the session.
+		r.mu.Unlock()
+		stopBg()
+		_ = sess.Close(ctx)
+		return errNotOpen
+	}
+	r.sess = sess
+	r.cancel = stopBg
 	r.mu.Unlock()
 
-	go func() {
-		defer close(r.renewDone)
-		// RenewPeriodic renews at TTL/2 and destroys the session when
-		// renewStop closes; it returns early when the session is gone.
-		err := r.ses.RenewPeriodic(ttl, id, (&api.WriteOptions{}).WithContext(bg), r.renewStop)
-		if err != nil && bg.Err() == nil {
-			r.setLost(fmt.Errorf("session %s of %s lost: %w", id, r.self.Name, err))
+	if r.cfg.RunGroup != "" {
+		// Garbage collection: not worth failing the member for.
+		if err := r.collectDeadRuns(octx); err != nil {
+			r.logf("deleting dead runs of %s: %v", r.cfg.RunGroup, err)
 		}
-	}()
-	r.wg.Add(2)
+	}
+	r.wg.Add(3)
+	go func() { defer r.wg.Done(); r.keepSession(bg) }()
 	go func() { defer r.wg.Done(); r.watchControl(bg) }()
 	go func() { defer r.wg.Done(); r.campaign(bg) }()
 	return nil
 }
 
-func (r *Rendezvous) setLost(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lost == nil {
-		r.lost = err
-		close(r.changed)
-		r.changed = make(chan struct{})
+// keepSession replaces the member's session whenever Consul says it is
+// gone. The coordinator will have ended the round (our registration went
+// with the session); Watch reports the loss; a later Join registers with
+// the new session.
+func (r *Rendezvous) keepSession(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		sess := r.sess
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.Done():
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.logf("%v; creating a new session", sess.Err())
+		r.mu.Lock()
+		r.sess = nil
+		r.publishLocked()
+		r.mu.Unlock()
+		var next *Session
+		for bo := newBackoff(); ; {
+			var err error
+			if next, err = NewSession(ctx, r.cfg.Client, r.sessionOptions()); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// Only a permanent error gets here (ACLs, say): keep trying,
+			// an operator may fix it.
+			r.logf("%v (retrying)", err)
+			if !bo.wait(ctx) {
+				return
+			}
+		}
+		r.mu.Lock()
+		r.sess = next
+		r.publishLocked()
+		r.mu.Unlock()
 	}
 }
 
-// state returns the latest published snapshot, whether there is one yet, the
-// channel that closes on the next change, and the session-lost error if any.
-func (r *Rendezvous) state() (snapshot, bool, <-chan struct{}, error) {
+// memberState is what a member knows at one moment.
+type memberState struct {
+	snap    snapshot
+	ok      bool          // snap has been read from Consul at least once
+	changed chan struct{} // closes on the next change of any of this
+	sess    *Session      // nil while a lost session is being replaced
+	fatal   error
+}
+
+func (r *Rendezvous) state() memberState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.snap, r.haveSnap, r.changed, r.lost
+	return memberState{snap: r.snap, ok: r.haveSnap, changed: r.changed, sess: r.sess, fatal: r.fatal}
+}
+
+func (r *Rendezvous) publishLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 func (r *Rendezvous) publish(s snapshot) {
@@ -247,8 +357,16 @@ func (r *Rendezvous) publish(s snapshot) {
 	defer r.mu.Unlock()
 	r.snap = s
 	r.haveSnap = true
-	close(r.changed)
-	r.changed = make(chan struct{})
+	r.publishLocked()
+}
+
+func (r *Rendezvous) setFatal(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fatal == nil {
+		r.fatal = err
+		r.publishLocked()
+	}
 }
 
 // watchControl long-polls P/ctl/ and publishes every change. It is the only
@@ -258,7 +376,7 @@ func (r *Rendezvous) watchControl(ctx context.Context) {
 		s, err := parseControl(r.base, pairs)
 		if err != nil {
 			// A corrupt record is not something waiting fixes; surface it.
-			r.setLost(fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err))
+			r.setFatal(fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err))
 			return false
 		}
 		r.publish(s)
@@ -267,17 +385,24 @@ func (r *Rendezvous) watchControl(ctx context.Context) {
 }
 
 // watchPrefix long-polls the KV prefix rel with blocking queries and hands
-// every answer to changed until ctx ends or changed returns false.
+// every answer to changed until ctx ends or changed returns false. Errors
+// (an agent restarting, no leader) are retried with backoff, for ever.
 func (r *Rendezvous) watchPrefix(ctx context.Context, rel string, changed func(api.KVPairs) bool) {
 	var idx uint64
+	bo := newBackoff()
 	for ctx.Err() == nil {
 		pairs, meta, err := r.kv.List(r.key(rel), (&api.QueryOptions{WaitIndex: idx, WaitTime: blockWait}).WithContext(ctx))
 		if err != nil {
-			if !sleepCtx(ctx, errorBackoff) {
+			if ctx.Err() != nil {
+				return
+			}
+			r.logf("watch %s: %v (retrying)", rel, err)
+			if !bo.wait(ctx) {
 				return
 			}
 			continue
 		}
+		bo.reset()
 		// Consul's rule for blocking queries: an index that goes
 		// backwards (snapshot restore) means start over.
 		if meta.LastIndex < idx {
@@ -288,81 +413,5 @@ func (r *Rendezvous) watchPrefix(ctx context.Context, rel string, changed func(a
 		if !changed(pairs) {
 			return
 		}
-	}
-}
-
-// campaign acquires the coordinator lock whenever it is free and runs the
-// coordinator while this member holds it.
-func (r *Rendezvous) campaign(ctx context.Context) {
-	for ctx.Err() == nil {
-		s, ok, changed, lost := r.state()
-		if lost != nil {
-			return
-		}
-		if !ok || s.leader != "" {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			}
-			continue
-		}
-		got, _, err := r.kv.Acquire(&api.KVPair{Key: r.key(leaderKey), Value: []byte(r.self.ID), Session: r.sessionID}, (&api.WriteOptions{}).WithContext(ctx))
-		if err != nil || !got {
-			// Lost the race (the watch will show the winner), or the
-			// lock-delay of a dead holder is still running: then
-			// nothing changes in Consul, so retry after a short wait.
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			case <-time.After(lockDelay + 50*time.Millisecond):
-			}
-			continue
-		}
-		lctx, cancel := context.WithCancel(ctx)
-		r.mu.Lock()
-		r.leading = true
-		r.mu.Unlock()
-		done := make(chan struct{})
-		go func() { defer close(done); r.coordinate(lctx) }()
-		// Lead until the published lock holder is someone else or nobody
-		// (our session died, or the key was deleted). Until the watch
-		// has shown our own hold, an empty holder is just a stale view.
-		confirmed := false
-		for {
-			s, ok, changed, lost := r.state()
-			if lost != nil {
-				break
-			}
-			if ok && s.leader == r.sessionID {
-				confirmed = true
-			} else if ok && (confirmed || s.leader != "") {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-changed:
-				continue
-			}
-			break
-		}
-		cancel()
-		<-done
-		r.mu.Lock()
-		r.leading = false
-		r.mu.Unlock()
-	}
-}
-
-// sleepCtx waits d unless ctx ends first; it reports whether ctx is alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

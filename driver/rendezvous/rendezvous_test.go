@@ -25,7 +25,9 @@ func memberName(i int) string { return fmt.Sprintf("train[%d]", i) }
 func newGroup(t *testing.T, cfg Config, n int, lws func(i int) int) *group {
 	t.Helper()
 	c := needConsul(t)
-	cfg.Client = c
+	if cfg.Client == nil {
+		cfg.Client = c
+	}
 	if cfg.RunID == "" {
 		cfg.RunID = fmt.Sprintf("test/%s-%d", t.Name(), time.Now().UnixNano())
 	}
@@ -79,8 +81,16 @@ func (g *group) mustJoin(ctx context.Context, rs []*Rendezvous) []*Round {
 			g.t.Fatalf("member %d: Join: %v", i, err)
 		}
 	}
-	checkAgree(g.t, rounds)
+	checkAgree(g.t, rounds, memberIDs(rs))
 	return rounds
+}
+
+func memberIDs(rs []*Rendezvous) []string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.self.ID
+	}
+	return ids
 }
 
 func (g *group) doneAll(ctx context.Context, rounds []*Round) {
@@ -99,7 +109,9 @@ func (g *group) closeAll() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Close(context.Background()); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := r.Close(ctx); err != nil {
 				g.t.Errorf("Close: %v", err)
 			}
 		}()
@@ -107,8 +119,10 @@ func (g *group) closeAll() {
 	wg.Wait()
 }
 
-// checkAgree verifies that every member got the same round and consistent ranks.
-func checkAgree(t *testing.T, rounds []*Round) {
+// checkAgree verifies that every member got the same round and consistent
+// ranks: the member holding rounds[i] has ID ids[i], and its node rank
+// must point at itself in the shared member list.
+func checkAgree(t *testing.T, rounds []*Round, ids []string) {
 	t.Helper()
 	first := rounds[0]
 	seen := map[int]bool{}
@@ -116,8 +130,8 @@ func checkAgree(t *testing.T, rounds []*Round) {
 		if rd.Number != first.Number || rd.Restarts != first.Restarts || !reflect.DeepEqual(rd.Members, first.Members) {
 			t.Fatalf("member %d disagrees: %+v vs %+v", i, rd, first)
 		}
-		if rd.Members[rd.NodeRank].Name != rounds[i].Members[rd.NodeRank].Name || seen[rd.NodeRank] {
-			t.Fatalf("member %d: bad node rank %d", i, rd.NodeRank)
+		if rd.NodeRank < 0 || rd.NodeRank >= len(rd.Members) || rd.Members[rd.NodeRank].ID != ids[i] || seen[rd.NodeRank] {
+			t.Fatalf("member %d (%s): bad node rank %d in %v", i, ids[i], rd.NodeRank, rd.Members)
 		}
 		seen[rd.NodeRank] = true
 		off, ws := 0, 0
@@ -211,7 +225,7 @@ func TestElasticLateJoiner(t *testing.T) {
 	if lr == nil {
 		t.FailNow()
 	}
-	checkAgree(t, append(rounds2, lr))
+	checkAgree(t, append(rounds2, lr), memberIDs(append(g.rs[:3:3], late)))
 	if lr.Number != 2 || lr.Restarts != 0 || len(lr.Members) != 4 || lr.NodeRank != 3 {
 		t.Fatalf("round 2: %+v", lr)
 	}

@@ -5,6 +5,7 @@ package testagent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -40,18 +42,38 @@ func cacheDir() string {
 	return filepath.Join(home, ".cache", "gpujob")
 }
 
-// Consul is a Consul dev agent on loopback, on ports of its own.
+// Consul is a Consul agent on loopback, on ports of its own: a dev agent
+// (StartConsul, state in memory) or a real single server with a data
+// directory (StartConsulServer), which can be stopped and started again on
+// the same ports and data, as an agent restart in a deployment.
 type Consul struct {
 	// Addr is the HTTP API's host:port.
 	Addr string
-	cmd  *exec.Cmd
+	args []string
 	dir  string
-	done chan struct{}
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+	log  *os.File
 }
 
 // StartConsul starts a dev agent and waits until it has a leader. extraHCL is
 // added to its config (e.g. limits).
 func StartConsul(extraHCL string) (*Consul, error) {
+	return startConsul(extraHCL, false)
+}
+
+// StartConsulServer starts a single Consul server (bootstrap_expect 1) with
+// a data directory and waits until it has a leader and accepts sessions.
+// Unlike the dev agent it keeps its state, keys and sessions over
+// StopProcess and StartProcess. extraHCL is added to its config (e.g.
+// session_ttl_min = "1s").
+func StartConsulServer(extraHCL string) (*Consul, error) {
+	return startConsul(extraHCL, true)
+}
+
+func startConsul(extraHCL string, server bool) (*Consul, error) {
 	bin := ConsulBin()
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("no Consul agent at %s: run scripts/install-agents.sh consul (or set CONSUL_BIN)", bin)
@@ -63,6 +85,19 @@ func StartConsul(extraHCL string) (*Consul, error) {
 	dir, err := os.MkdirTemp("", "gpujob-consul-")
 	if err != nil {
 		return nil, err
+	}
+	mode := ""
+	if server {
+		// A real server: raft and the state store on disk. The node name
+		// and ID are fixed so a restart is the same node.
+		mode = fmt.Sprintf(`server           = true
+bootstrap_expect = 1
+data_dir         = %q
+node_name        = "gpujob-test-server"
+ui_config {
+  enabled = false
+}
+`, filepath.Join(dir, "data"))
 	}
 	cfg := fmt.Sprintf(`ports {
   http     = %d
@@ -77,37 +112,79 @@ limits {
   http_max_conns_per_client = 10000
 }
 %s
-`, ports[0], ports[1], ports[2], ports[3], extraHCL)
+%s
+`, ports[0], ports[1], ports[2], ports[3], mode, extraHCL)
 	if err := os.WriteFile(filepath.Join(dir, "consul.hcl"), []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	log, err := os.Create(filepath.Join(dir, "consul.log"))
-	if err != nil {
-		return nil, err
+	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir}
+	c.args = []string{"agent", "-bind", "127.0.0.1", "-client", "127.0.0.1",
+		"-log-level", "warn", "-config-file", filepath.Join(dir, "consul.hcl")}
+	if !server {
+		c.args = append([]string{"agent", "-dev"}, c.args[1:]...)
 	}
-	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{})}
-	c.cmd = exec.Command(bin, "agent", "-dev", "-bind", "127.0.0.1", "-client", "127.0.0.1",
-		"-log-level", "warn", "-config-file", filepath.Join(dir, "consul.hcl"))
-	c.cmd.Stdout, c.cmd.Stderr = log, log
-	// Its own process group, so a test binary killed mid-run does not take
-	// the terminal's signals to it, and Stop can end it cleanly.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting consul: %w", err)
-	}
-	go func() { _ = c.cmd.Wait(); log.Close(); close(c.done) }()
-	if err := c.waitLeader(30 * time.Second); err != nil {
+	if err := c.StartProcess(); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
 }
 
+// StartProcess starts the agent (again, after StopProcess) and waits until
+// it has a leader and accepts sessions.
+func (c *Consul) StartProcess() error {
+	c.mu.Lock()
+	if c.cmd != nil {
+		c.mu.Unlock()
+		return errors.New("consul is already running")
+	}
+	log, err := os.OpenFile(filepath.Join(c.dir, "consul.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	cmd := exec.Command(ConsulBin(), c.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group, so a test binary killed mid-run does not take
+	// the terminal's signals to it, and Stop can end it cleanly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		c.mu.Unlock()
+		return fmt.Errorf("starting consul: %w", err)
+	}
+	done := make(chan struct{})
+	c.cmd, c.done, c.log = cmd, done, log
+	c.mu.Unlock()
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	return c.waitLeader(30*time.Second, done)
+}
+
+// StopProcess ends the agent (SIGTERM, as a service manager does; a server
+// does not leave the cluster on it) and keeps its data and ports for
+// StartProcess.
+func (c *Consul) StopProcess() {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
 // waitLeader waits until the agent has a leader and can create a session
 // (which needs its own node and serfHealth check registered, a moment after
 // the election). The agent is not serving yet, so there is nothing to block
 // on: a short retry is the only way.
-func (c *Consul) waitLeader(limit time.Duration) error {
+func (c *Consul) waitLeader(limit time.Duration, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for {
@@ -115,7 +192,7 @@ func (c *Consul) waitLeader(limit time.Duration) error {
 			return nil
 		}
 		select {
-		case <-c.done:
+		case <-exited:
 			return fmt.Errorf("consul exited during start; log: %s", c.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("consul had no leader after %s; log: %s", limit, c.logTail())
@@ -155,15 +232,7 @@ func (c *Consul) logTail() string {
 
 // Stop ends the agent and removes its files.
 func (c *Consul) Stop() {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(5 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
+	c.StopProcess()
 	os.RemoveAll(c.dir)
 }
 

@@ -1,0 +1,120 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Backoff between retries of a failed Consul request. The cap is low on
+// purpose: it bounds how long a member keeps waiting after Consul is back
+// (an outage of a minute must cost training nothing), and a thousand members
+// retrying every 2 s is still a light load for a recovering server.
+const (
+	backoffBase = 50 * time.Millisecond
+	backoffCap  = 2 * time.Second
+)
+
+// backoff yields capped exponential delays with jitter: the n-th delay is
+// drawn from [d/2, d] with d = min(base*2^n, cap), so that members that
+// failed together do not retry in lockstep.
+type backoff struct {
+	base, cap time.Duration
+	n         int
+}
+
+func newBackoff() *backoff { return &backoff{base: backoffBase, cap: backoffCap} }
+
+func (b *backoff) next() time.Duration {
+	d := b.cap
+	if b.n < 30 {
+		if e := b.base << b.n; e > 0 && e < b.cap {
+			d = e
+		}
+	}
+	b.n++
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.n = 0 }
+
+// wait sleeps the next delay; it reports false when ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	return sleepCtx(ctx, b.next())
+}
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// transient reports whether a failed Consul request is worth retrying. We
+// cannot list every way a request fails while an agent restarts or a leader
+// is elected (refused connections, EOF mid-response, "No cluster leader",
+// timeouts), so everything is transient except what says otherwise: errors
+// we marked permanent, the terminal rendezvous errors, a cancelled context,
+// and 4xx answers (bad request, ACL denied), which the same request will get
+// again. 429 (rate limited) is transient.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe permanentError
+	var te *JoinTimeoutError
+	var xe *RestartsExhaustedError
+	if errors.As(err, &pe) || errors.As(err, &te) || errors.As(err, &xe) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var se api.StatusError
+	if errors.As(err, &se) {
+		return se.Code >= 500 || se.Code == 429
+	}
+	return true
+}
+
+// retry runs op until it succeeds, fails permanently, or ctx ends (then
+// the last error is returned wrapped with ctx's). logf, if set, hears of
+// every transient failure.
+func retry(ctx context.Context, logf func(string, ...any), what string, op func(context.Context) error) error {
+	bo := newBackoff()
+	for {
+		err := op(ctx)
+		if err == nil || !transient(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		}
+		if logf != nil {
+			logf("%s: %v (retrying)", what, err)
+		}
+		if !bo.wait(ctx) {
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		}
+	}
+}
+
+// sleepCtx waits d unless ctx ends first; it reports whether ctx is alive.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
