@@ -156,10 +156,12 @@ var server struct {
 	client *api.Client
 }
 
-// serverTTL is the session TTL of the outage tests: the server accepts
-// TTLs down to 1s (session_ttl_min), so that losing a session is quick to
-// see and surviving an outage several TTLs long means something.
-const serverTTL = 2 * time.Second
+// serverTTL is the session TTL of the outage tests (the server accepts TTLs
+// down to 1s, session_ttl_min): short, so that surviving an outage several
+// TTLs long means something, but not so short that a loaded machine cannot
+// renew within the 2×TTL Consul grants after its election (2 s was not
+// enough with -race on two busy cores).
+const serverTTL = 5 * time.Second
 
 func needServer(t *testing.T) (*testagent.Consul, *api.Client) {
 	t.Helper()

@@ -75,11 +75,11 @@ func TestConsulRestartMidRound(t *testing.T) {
 	for i, r := range g.rs {
 		watches[i] = r.Watch(ctx, rounds[i])
 	}
-	// Down for 5 TTLs: without renewal resuming (and Consul re-arming the
-	// TTLs on election) every session would be gone.
-	outage(t, 5*serverTTL)
-	// Give a wrong failure time to show: twice the TTL Consul re-armed.
-	time.Sleep(4*serverTTL + time.Second)
+	// Down for over twice the TTL: without renewal resuming (and Consul
+	// re-arming the TTLs on election) every session would be gone.
+	outage(t, 12*time.Second)
+	// Give a wrong failure time to show: the 2×TTL Consul re-armed.
+	time.Sleep(2*serverTTL + time.Second)
 	noFailure(t, watches)
 	if after := sessionIDs(g.rs); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("sessions changed over the restart: %v -> %v", before, after)
@@ -112,7 +112,7 @@ func TestJoinDuringOutage(t *testing.T) {
 			results <- result{rd, err}
 		}()
 	}
-	time.Sleep(3 * serverTTL)
+	time.Sleep(5 * time.Second)
 	select {
 	case res := <-results:
 		t.Fatalf("Join returned while consul was down: %+v %v", res.rd, res.err)
@@ -180,7 +180,7 @@ func TestFailDuringOutage(t *testing.T) {
 	want := Failure{Member: "train[0]", Reason: "rank 0 exited", ExitCode: 1}
 	failed := make(chan error, 1)
 	go func() { failed <- g.rs[0].Fail(ctx, rounds[0], want) }()
-	time.Sleep(2 * serverTTL)
+	time.Sleep(4 * time.Second)
 	select {
 	case err := <-failed:
 		t.Fatalf("Fail returned while consul was down: %v", err)

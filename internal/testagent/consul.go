@@ -55,7 +55,6 @@ type Consul struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
-	log  *os.File
 }
 
 // StartConsul starts a dev agent and waits until it has a leader. extraHCL is
@@ -154,7 +153,7 @@ func (c *Consul) StartProcess() error {
 		return fmt.Errorf("starting consul: %w", err)
 	}
 	done := make(chan struct{})
-	c.cmd, c.done, c.log = cmd, done, log
+	c.cmd, c.done = cmd, done
 	c.mu.Unlock()
 	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	return c.waitLeader(30*time.Second, done)
