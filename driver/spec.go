@@ -95,11 +95,12 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 
 	// Each `gpujob submit` is a fresh run with a fresh restart budget; the
 	// members of one submission (replacements too) share its run.
-	runGroup := namespace + "/" + jobID
-	runID := runGroup
+	// A job without the meta (written by hand) is one run for its whole
+	// life, with no group of earlier submissions to clear.
+	runID, runGroup := namespace+"/"+jobID, ""
 	submission := cfg.Env["NOMAD_META_gpujob_run"]
 	if validRunName(submission) {
-		runID = runGroup + "/" + submission
+		runID, runGroup = runID+"/"+submission, runID
 	}
 
 	consul, err := consulSpec(pc, getenv)

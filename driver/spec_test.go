@@ -49,7 +49,7 @@ func TestBuildSpec(t *testing.T) {
 		{"join timeout", time.Duration(s.JoinTimeout), 90 * time.Second},
 		{"last call default", time.Duration(s.LastCall), defaultLastCall},
 		{"run id is namespace/job without a submission stamp", s.RunID, "ml/bert"},
-		{"run group is namespace/job", s.RunGroup, "ml/bert"},
+		{"no run group without a submission stamp", s.RunGroup, ""},
 		{"rank groups in the private dir", s.GroupsFile, "/var/nomad/alloc/a1/train/private/gpujob-rank-groups.json"},
 		{"stop deadline in the private dir", s.StopDeadlineFile, "/var/nomad/alloc/a1/train/private/gpujob-stop-deadline"},
 		{"member name", s.Self.Name, "bert.train[2]"},
