@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -229,12 +230,40 @@ func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 		return fmt.Errorf("rendezvous %s: register %s for round %d: %w", r.cfg.RunID, r.self.Name, gen, err)
 	}
 	if !got {
+		if holder, err := r.heldByFormerSession(ctx); err != nil || holder != "" {
+			// Our own replaced session still holds the key (Consul
+			// had not applied its state when it said the session was
+			// gone): it was destroyed now; retry.
+			if err == nil {
+				err = fmt.Errorf("key held by our replaced session %s, destroyed", holder)
+			}
+			return fmt.Errorf("rendezvous %s: register %s for round %d: %w", r.cfg.RunID, r.self.Name, gen, err)
+		}
 		return permanent(fmt.Errorf("rendezvous %s: register %s for round %d: key held by another session (duplicate member ID %q?)", r.cfg.RunID, r.self.Name, gen, r.self.ID))
 	}
 	r.mu.Lock()
 	r.registered, r.regSession = gen, sid
 	r.mu.Unlock()
 	return nil
+}
+
+// heldByFormerSession returns the session holding our registration key if
+// it is one this member replaced, after destroying it; "" otherwise.
+func (r *Rendezvous) heldByFormerSession(ctx context.Context) (string, error) {
+	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || p == nil || p.Session == "" {
+		return "", err
+	}
+	r.mu.Lock()
+	former := slices.Contains(r.former, p.Session)
+	r.mu.Unlock()
+	if !former {
+		return "", nil
+	}
+	if _, err := r.cfg.Client.Session().Destroy(p.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return p.Session, fmt.Errorf("destroy our replaced session %s: %w", p.Session, err)
+	}
+	return p.Session, nil
 }
 
 // holdsRegistration reports whether our registration for generation gen is

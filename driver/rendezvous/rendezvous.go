@@ -121,6 +121,9 @@ type Rendezvous struct {
 	// session that holds it; a new session means registering again.
 	registered int
 	regSession string
+	// former are the sessions this member replaced after Consul said they
+	// were gone; one may still hold our keys (see heldByFormerSession).
+	former []string
 	// lastReturned is the number of the last round Join returned and
 	// roundSession the session it was joined with: Watch reports that
 	// session's loss as this member's failure.
@@ -306,6 +309,7 @@ func (r *Rendezvous) keepSession(ctx context.Context) {
 		}
 		r.logf("%v; creating a new session", sess.Err())
 		r.mu.Lock()
+		r.former = append(r.former, sess.ID())
 		r.sess = nil
 		r.publishLocked()
 		r.mu.Unlock()

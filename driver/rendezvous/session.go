@@ -16,6 +16,10 @@ import (
 // without a leader is an outage, and the session survives it.
 var ErrSessionLost = errors.New("consul session lost")
 
+// sessionRequestTimeout bounds one session create or destroy that runs to
+// completion although its caller has gone (see NewSession).
+const sessionRequestTimeout = 3 * time.Second
+
 // ErrSessionClosed is Session.Err after Close.
 var ErrSessionClosed = errors.New("consul session closed")
 
@@ -71,8 +75,13 @@ func NewSession(ctx context.Context, client *api.Client, opts SessionOptions) (*
 	}
 	var id string
 	err := retry(ctx, opts.Logf, "create consul session "+opts.Name, func(ctx context.Context) error {
+		// A create cut off in flight may still be applied by Consul,
+		// leaving a session that nobody renews or destroys. So a
+		// cancellation of ctx stops further attempts, not this one.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionRequestTimeout)
+		defer cancel()
 		var err error
-		wo := (&api.WriteOptions{}).WithContext(ctx)
+		wo := (&api.WriteOptions{}).WithContext(actx)
 		if opts.TTLOnly {
 			id, _, err = client.Session().CreateNoChecks(entry, wo)
 		} else {
@@ -82,6 +91,13 @@ func NewSession(ctx context.Context, client *api.Client, opts SessionOptions) (*
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consul session %q: %w", opts.Name, err)
+	}
+	if ctx.Err() != nil {
+		// Created for a caller that has gone: do not leave it behind.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionRequestTimeout)
+		defer cancel()
+		_, _ = client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(dctx))
+		return nil, fmt.Errorf("create consul session %q: %w", opts.Name, ctx.Err())
 	}
 	s := &Session{
 		client:  client,
@@ -172,8 +188,25 @@ func (s *Session) renew() {
 			}
 			wait = bo.next()
 		case entry == nil:
-			s.end(fmt.Errorf("%w: consul says session %s (%s) does not exist", ErrSessionLost, s.id, s.opts.Name))
-			return
+			// A server that has just become leader answers from a state
+			// store that has not yet applied the whole raft log, and
+			// can say a live session does not exist. Only a consistent
+			// read, which Consul serves once it is caught up, decides.
+			lost, err := s.confirmLost(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if lost {
+				s.end(fmt.Errorf("%w: consul says session %s (%s) does not exist", ErrSessionLost, s.id, s.opts.Name))
+				return
+			}
+			if s.opts.Logf != nil {
+				if err == nil {
+					err = errors.New("a consistent read still finds it")
+				}
+				s.opts.Logf("renew consul session %s: not found, not confirmed: %v (retrying)", s.id, err)
+			}
+			wait = bo.next()
 		default:
 			bo.reset()
 			// Consul may raise the TTL; renew at half of what it says.
@@ -183,6 +216,18 @@ func (s *Session) renew() {
 			wait = ttl / 2
 		}
 	}
+}
+
+// confirmLost asks Consul, with a consistent read, whether the session
+// exists; lost is true only when Consul answered that it does not.
+func (s *Session) confirmLost(ctx context.Context) (lost bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, max(s.opts.TTL/2, time.Second))
+	defer cancel()
+	entry, _, err := s.client.Session().Info(s.id, (&api.QueryOptions{RequireConsistent: true}).WithContext(rctx))
+	if err != nil {
+		return false, err
+	}
+	return entry == nil, nil
 }
 
 // Close stops renewing and destroys the session, retrying transient errors
