@@ -108,11 +108,8 @@ def main():
         print(f"| {m} | " + " | ".join(cells) + " |")
         rows.append({"m": m, "raw": {c: figures[(c, m)] for c in COLUMNS}, "summary": s})
     out = {"bench": "rdzv-compare", "runs": a.runs, "fast_poll": FAST_POLL, "rows": rows}
-    print(json.dumps(out))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(out, fh)
-    return 0 if all(bl.summary(v)["n"] for v in figures.values()) else 1
+    bl.emit(out, a.json)
+    return 0 if bl.all_succeeded(figures) else 1
 
 
 if __name__ == "__main__":
