@@ -10,13 +10,16 @@ usually BENCH_TRIAL=<trial>) in its environment, inherited by every descendant, 
 the ranks a Nomad task starts. That is how a harness finds what is left of a trial, waits
 for it to be gone, and, on exit, kills exactly its own leftovers by PID.
 """
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -154,6 +157,18 @@ def run_trial(label, trial, measure):
         if left:
             log(f"{label}: killed {len(left)} process(es) left 60 s after the stop")
     return v
+
+
+@contextlib.contextmanager
+def scratch_dir(tag):
+    """A scratch directory for the invocation tagged tag; on leaving, however that
+    happens, every process of the invocation is killed and the directory removed."""
+    scratch = tempfile.mkdtemp(prefix=tag + "-")
+    try:
+        yield scratch
+    finally:
+        kill_tagged(tag)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def exit_on_signals():

@@ -18,9 +18,7 @@ Run it through the wrapper (which starts and stops the dev cluster):
 """
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
@@ -93,10 +91,9 @@ def main():
     bl.exit_on_signals()
     nomad = bl.Nomad()
     tag = bl.new_tag("bench-gang")
-    scratch = tempfile.mkdtemp(prefix=tag + "-")
-    os.chmod(scratch, 0o755)
     figures = {(d, n): [] for n in ns for d in drivers}
-    try:
+    with bl.scratch_dir(tag) as scratch:
+        os.chmod(scratch, 0o755)
         for i in range(a.runs):
             for n in ns:
                 for driver in bl.rotated(drivers, i):
@@ -108,9 +105,6 @@ def main():
                         f"run {i + 1}/{a.runs} N={n} {driver}", trial,
                         lambda cleanup: one(nomad, a, tag, trial, driver, n, out_dir, cleanup))
                     figures[(driver, n)].append(v)
-    finally:
-        bl.kill_tagged(tag)
-        shutil.rmtree(scratch, ignore_errors=True)
 
     print(f"\nGang start: `nomad job run` -> every process of N members running "
           f"(median (min-max) of {a.runs} interleaved runs):\n")

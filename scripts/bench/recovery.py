@@ -27,11 +27,9 @@ Run it through the wrapper (which starts and stops the dev cluster):
 """
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
@@ -220,10 +218,9 @@ def main():
         ap.error(f"--kill-rank must be 0..{WORLD - 1}")
     bl.exit_on_signals()
     tag = bl.new_tag("bench-recovery")
-    scratch = tempfile.mkdtemp(prefix=tag + "-")
-    os.chmod(scratch, 0o755)
     figures = {c: [] for c in cols}
-    try:
+    with bl.scratch_dir(tag) as scratch:
+        os.chmod(scratch, 0o755)
         for i in range(a.runs):
             for col in bl.rotated(cols, i):
                 trial = f"{tag}-{col}-{i}"
@@ -234,9 +231,6 @@ def main():
                     f"run {i + 1}/{a.runs} {col}", trial,
                     lambda cleanup: RUNNERS[col](a, tag, trial, step_dir, cleanup))
                 figures[col].append(v)
-    finally:
-        bl.kill_tagged(tag)
-        shutil.rmtree(scratch, ignore_errors=True)
     report(a, cols, figures)
     return 0 if bl.all_succeeded(figures) else 1
 
