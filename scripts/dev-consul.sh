@@ -38,38 +38,31 @@ status | leader) [ $# -eq 1 ] || usage ;;
 *) usage ;;
 esac
 
-timeout=${GPUJOB_DEV_TIMEOUT:-60}
-[[ $timeout =~ ^[0-9]+$ ]] || die "GPUJOB_DEV_TIMEOUT must be a whole number, got '$timeout'"
+timeout=$(gpujob_dev_timeout)
 
 # ---- the running cluster -------------------------------------------------------
 
-dir=$(gpujob_dev_dir)
-[ -f "$dir/.gpujob-dev" ] || die "no dev cluster in $dir (start one with $here/dev-up.sh, or set GPUJOB_DEV_DIR)"
-dir=$(cd "$dir" && pwd -P) # dev-up records real paths; see dev-client.sh
-[ -f "$dir/env" ] || die "the dev cluster in $dir is not up (no $dir/env): run $here/dev-up.sh"
+dir=$(gpujob_dev_up_dir)
 [ -f "$dir/consul-servers" ] || die "$dir has no consul-servers file: it was started by an older dev-up.sh; restart it"
 
-env_value() { # NAME: its value in dev-up's env file, read, not sourced
-	sed -n "s/^export $1='\\(.*\\)'\$/\\1/p" "$dir/env" | head -n 1
-}
-nomad_addr=$(env_value NOMAD_ADDR)
-consul_addr=$(env_value CONSUL_HTTP_ADDR)
-consul=$(env_value GPUJOB_DEV_CONSUL_BIN)
+nomad_addr=$(gpujob_dev_env_value "$dir" NOMAD_ADDR)
+consul_addr=$(gpujob_dev_env_value "$dir" CONSUL_HTTP_ADDR)
+consul=$(gpujob_dev_env_value "$dir" GPUJOB_DEV_CONSUL_BIN)
 [ -n "$consul_addr" ] || die "$dir/env names no CONSUL_HTTP_ADDR"
 [ -x "$consul" ] || die "$dir/env names no runnable GPUJOB_DEV_CONSUL_BIN ('$consul')"
 
 # The servers dev-up rendered: "N IP HTTP_PORT SERVER_PORT" per line.
-declare -A server_ip server_http server_rpc
+declare -A server_http server_rpc
 servers=0
 while read -r n ip http rpc; do
-	server_ip[$n]=$ip server_http[$n]=$ip:$http server_rpc[$n]=$ip:$rpc
+	server_http[$n]=$ip:$http server_rpc[$n]=$ip:$rpc
 	servers=$((servers + 1))
 done <"$dir/consul-servers"
 ((servers > 0)) || die "$dir/consul-servers lists no server"
 has_client=0
 [ ! -f "$dir/config/consul-client.hcl" ] || has_client=1
 
-py=$(command -v /usr/bin/python3 || command -v python3) || die "python3 is needed to read Consul's JSON"
+py=$(gpujob_python) || die "python3 is needed to read Consul's JSON"
 
 # ---- helpers ------------------------------------------------------------------
 
@@ -120,43 +113,7 @@ resolve() {
 
 # agent_pid prints the agent's PID: its PID file, else a consul agent whose
 # command line names its config (one whose PID file went missing).
-agent_pid() {
-	local pid
-	if pid=$(gpujob_dev_pid "$dir/pids/$name.pid" "$dir"); then
-		echo "$pid"
-		return 0
-	fi
-	# grep without -q: see gpujob_dev_pid in lib.sh (pipefail + SIGPIPE).
-	while read -r pid; do
-		[ "$pid" != $$ ] || continue
-		gpujob_proc_alive "$pid" || continue
-		tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -x agent >/dev/null || continue
-		echo "$pid"
-		return 0
-	done < <(grep -laFf <(echo "$config") /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3)
-	return 1
-}
-
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
-elapsed() {
-	local ms=$(($(now_ms) - $1))
-	printf '%d.%ds' $((ms / 1000)) $((ms % 1000 / 100))
-}
-wait_gone() { # SECONDS PID
-	local end=$((SECONDS + $1))
-	while gpujob_proc_alive "$2"; do
-		((SECONDS < end)) || return 1
-		sleep 0.1
-	done
-}
-
-fail_log() { # MESSAGE: MESSAGE and the tail of the agent's log, then exit 1
-	printf 'error: %s\n' "$1" >&2
-	printf -- '---- last 40 lines of %s ----\n' "$dir/logs/$name.log" >&2
-	tail -n 40 "$dir/logs/$name.log" >&2 || true
-	printf -- '----\n' >&2
-	exit 1
-}
+agent_pid() { gpujob_dev_agent_pid "$dir" "$name" "$config"; }
 
 # server_healthy NAME succeeds when the leader's autopilot counts server NAME
 # healthy: alive in Serf and its raft log caught up with the leader's.
@@ -170,76 +127,43 @@ sys.exit(0 if any(s["Name"] == sys.argv[1] and s["Healthy"] for s in h.get("Serv
 ' "$1"
 }
 
+# started_ready succeeds once the cluster works again through the agent
+# started: it knows a leader, the HTTP agent's node is healthy (sessions can
+# be made on it), and a server is counted healthy by autopilot. Until then it
+# prints what it still waits for.
+started_ready() {
+	if ! gpujob_has_leader "http://$http"; then
+		echo "still waiting for a leader"
+	elif ! gpujob_consul_node_healthy "$consul_addr" gpujob-dev; then
+		echo "still waiting for node gpujob-dev healthy"
+	elif [ "$name" != consul-client ] && ((servers > 1)) && ! server_healthy "$server_name"; then
+		echo "still waiting for autopilot to count $server_name healthy"
+	else
+		return 0
+	fi
+	return 1
+}
+
 # ---- actions ------------------------------------------------------------------
 
 # stop_agent: SIGTERM. A server does not leave the cluster on SIGTERM
 # (leave_on_terminate is off for servers), so it stays a raft voter and comes
 # back as itself: a restart, not a removal.
-stop_agent() {
-	local pid t0
-	t0=$(now_ms)
-	if ! pid=$(agent_pid); then
-		log "$name is already stopped"
-		rm -f "$dir/pids/$name.pid"
-		return 0
-	fi
-	log "stopping $name (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
-	if ! wait_gone 15 "$pid"; then
-		log "$name still running after 15s, killing it"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone 5 "$pid" || die "$name (pid $pid) survived SIGKILL"
-	fi
-	rm -f "$dir/pids/$name.pid"
-	log "$name stopped in $(elapsed "$t0")"
-}
+stop_agent() { gpujob_dev_stop "$dir" "$name" "$config" TERM; }
 
-kill_agent() {
-	local pid
-	if ! pid=$(agent_pid); then
-		log "$name is already stopped"
-		rm -f "$dir/pids/$name.pid"
-		return 0
-	fi
-	log "killing $name (pid $pid)${server_name:+, server ${name##*-}}"
-	kill -KILL "$pid" 2>/dev/null || true
-	wait_gone 5 "$pid" || die "$name (pid $pid) survived SIGKILL"
-	rm -f "$dir/pids/$name.pid"
-}
+kill_agent() { gpujob_dev_kill "$dir" "$name" "$config" "${server_name:+, server ${name##*-}}"; }
 
-# start_agent runs the agent as dev-up did (gpujob_dev_start: same binary,
-# config, cwd, environment, session, PID file and log) and waits until the
-# cluster works again through it: it knows a leader, the HTTP agent's node is
-# healthy (sessions can be made on it), and a server is counted healthy by
-# autopilot.
+# start_agent runs the agent as dev-up did and waits until the cluster works
+# again through it (started_ready).
 start_agent() {
-	local pid t0 what
-	t0=$(now_ms)
+	local pid t0
+	t0=$(gpujob_now_ms)
 	if pid=$(agent_pid); then
 		die "$name is already running (pid $pid); use: $0 restart ${target:-}"
 	fi
-	printf '\n==> %s: %s started again by %s\n' "$(date '+%Y-%m-%dT%H:%M:%S%z')" "$name" "$(basename "$0")" \
-		>>"$dir/logs/$name.log"
-	log "starting $name"
-	gpujob_dev_start "$dir" "$nomad_addr" "$consul_addr" "$name" "$wd" "$consul" agent -config-file "$config"
-	pid=$(<"$dir/pids/$name.pid")
-	local deadline=$((SECONDS + timeout))
-	while :; do
-		if ! gpujob_has_leader "http://$http"; then
-			what="a leader"
-		elif ! gpujob_consul_node_healthy "$consul_addr" gpujob-dev; then
-			what="node gpujob-dev healthy"
-		elif [ "$name" != consul-client ] && ((servers > 1)) && ! server_healthy "$server_name"; then
-			what="autopilot to count $server_name healthy"
-		else
-			break
-		fi
-		gpujob_proc_alive "$pid" || fail_log "$name exited while starting"
-		((SECONDS < deadline)) ||
-			fail_log "$name (pid $pid) still waiting for $what after ${timeout}s; it is left running, stop it with: $0 stop ${target:-}"
-		sleep 0.1
-	done
-	echo "$name is running (pid $pid); Consul has a leader again after $(elapsed "$t0")"
+	gpujob_dev_restart_agent "$dir" "$nomad_addr" "$consul_addr" "$name" "$wd" "$consul" agent -config-file "$config"
+	gpujob_dev_await "$dir" "$name" "$timeout" 0.1 "$0 stop ${target:-}" started_ready
+	echo "$name is running (pid $(<"$dir/pids/$name.pid")); Consul has a leader again after $(gpujob_elapsed "$t0")"
 }
 
 case $action in

@@ -27,38 +27,20 @@ stop | kill | start | restart | status) [ $# -eq 1 ] || die "usage: $0 {stop|kil
 *) die "usage: $0 {stop|kill|start|restart|status}" ;;
 esac
 
-timeout=${GPUJOB_DEV_TIMEOUT:-60}
-[[ $timeout =~ ^[0-9]+$ ]] || die "GPUJOB_DEV_TIMEOUT must be a whole number, got '$timeout'"
+timeout=$(gpujob_dev_timeout)
 
-dir=$(gpujob_dev_dir)
-[ -f "$dir/.gpujob-dev" ] || die "no dev cluster in $dir (start one with $here/dev-up.sh, or set GPUJOB_DEV_DIR)"
-dir=$(cd "$dir" && pwd -P) # dev-up records real paths; see dev-client.sh
-[ -f "$dir/env" ] || die "the dev cluster in $dir is not up (no $dir/env): run $here/dev-up.sh"
-env_value() { sed -n "s/^export $1='\\(.*\\)'\$/\\1/p" "$dir/env" | head -n 1; }
-nomad_addr=$(env_value NOMAD_ADDR)
-consul_addr=$(env_value CONSUL_HTTP_ADDR)
-nomad=$(env_value GPUJOB_DEV_NOMAD_BIN)
+dir=$(gpujob_dev_up_dir)
+nomad_addr=$(gpujob_dev_env_value "$dir" NOMAD_ADDR)
+consul_addr=$(gpujob_dev_env_value "$dir" CONSUL_HTTP_ADDR)
+nomad=$(gpujob_dev_env_value "$dir" GPUJOB_DEV_NOMAD_BIN)
 [ -n "$nomad_addr" ] || die "$dir/env names no NOMAD_ADDR"
 [ -x "$nomad" ] || die "$dir/env names no runnable GPUJOB_DEV_NOMAD_BIN ('$nomad')"
-py=$(command -v /usr/bin/python3 || command -v python3) || die "python3 is needed to read Nomad's JSON"
+py=$(gpujob_python) || die "python3 is needed to read Nomad's JSON"
 
-name=nomad-server
+name="nomad-server"
 config=$dir/config/nomad-server.hcl
 
-server_pid() { gpujob_dev_pid "$dir/pids/$name.pid" "$dir"; }
-
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
-elapsed() {
-	local ms=$(($(now_ms) - $1))
-	printf '%d.%ds' $((ms / 1000)) $((ms % 1000 / 100))
-}
-wait_gone() { # SECONDS PID
-	local end=$((SECONDS + $1))
-	while gpujob_proc_alive "$2"; do
-		((SECONDS < end)) || return 1
-		sleep 0.1
-	done
-}
+server_pid() { gpujob_dev_agent_pid "$dir" "$name"; }
 
 # running_clients prints the node names of the clients whose agent runs.
 running_clients() {
@@ -83,54 +65,31 @@ sys.exit(0 if set(sys.argv[1:]) <= ready else 1)
 ' "${names[@]}"
 }
 
-stop_server() { # SIGNAL
-	local pid t0
-	t0=$(now_ms)
-	if ! pid=$(server_pid); then
-		log "$name is already stopped"
-		rm -f "$dir/pids/$name.pid"
+# started_ready succeeds once the server leads and every running client is
+# ready again; until then it prints what it still waits for.
+started_ready() {
+	if ! gpujob_has_leader "$nomad_addr"; then
+		echo "still waiting for a leader"
+	elif ! clients_ready; then
+		echo "still waiting for the running clients to be ready"
+	else
 		return 0
 	fi
-	log "stopping $name (pid $pid) with SIG$1"
-	kill "-$1" "$pid" 2>/dev/null || true
-	if ! wait_gone 15 "$pid"; then
-		log "$name still running after 15s, killing it"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone 5 "$pid" || die "$name (pid $pid) survived SIGKILL"
-	fi
-	rm -f "$dir/pids/$name.pid"
-	log "$name stopped in $(elapsed "$t0")"
+	return 1
 }
 
+# stop_server SIGNAL: the PID file alone finds the server.
+stop_server() { gpujob_dev_stop "$dir" "$name" "" "$1" " with SIG$1"; }
+
 start_server() {
-	local pid t0 what
-	t0=$(now_ms)
+	local pid t0
+	t0=$(gpujob_now_ms)
 	if pid=$(server_pid); then
 		die "$name is already running (pid $pid); use: $0 restart"
 	fi
-	printf '\n==> %s: %s started again by %s\n' "$(date '+%Y-%m-%dT%H:%M:%S%z')" "$name" "$(basename "$0")" \
-		>>"$dir/logs/$name.log"
-	log "starting $name"
-	gpujob_dev_start "$dir" "$nomad_addr" "$consul_addr" "$name" "$dir/server" "$nomad" agent -config "$config"
-	pid=$(<"$dir/pids/$name.pid")
-	local deadline=$((SECONDS + timeout))
-	while :; do
-		if ! gpujob_has_leader "$nomad_addr"; then
-			what="a leader"
-		elif ! clients_ready; then
-			what="the running clients to be ready"
-		else
-			break
-		fi
-		if ! gpujob_proc_alive "$pid"; then
-			printf -- '---- last 40 lines of %s ----\n' "$dir/logs/$name.log" >&2
-			tail -n 40 "$dir/logs/$name.log" >&2 || true
-			die "$name exited while starting"
-		fi
-		((SECONDS < deadline)) || die "$name (pid $pid) still waiting for $what after ${timeout}s (log: $dir/logs/$name.log)"
-		sleep 0.2
-	done
-	echo "$name is running (pid $pid); it leads and its clients are ready after $(elapsed "$t0")"
+	gpujob_dev_restart_agent "$dir" "$nomad_addr" "$consul_addr" "$name" "$dir/server" "$nomad" agent -config "$config"
+	gpujob_dev_await "$dir" "$name" "$timeout" 0.2 "$0 stop" started_ready
+	echo "$name is running (pid $(<"$dir/pids/$name.pid")); it leads and its clients are ready after $(gpujob_elapsed "$t0")"
 }
 
 case $action in

@@ -493,13 +493,7 @@ log "starting $consul_desc, a Nomad server and $clients Nomad client(s) in $dir"
 
 # fail NAME MESSAGE prints MESSAGE and the tail of NAME's log, then exits
 # (the EXIT trap stops the cluster).
-fail() {
-	printf 'error: %s\n' "$2" >&2
-	printf -- '---- last 40 lines of %s ----\n' "$dir/logs/$1.log" >&2
-	tail -n 40 "$dir/logs/$1.log" >&2 || true
-	printf -- '----\n' >&2
-	exit 1
-}
+fail() { gpujob_dev_fail_log "$dir" "$@"; }
 
 # wait_for WHAT NAME CHECK... polls CHECK until it succeeds; an agent that
 # exits meanwhile, or the deadline, fails the start with the right log. NAME
@@ -550,10 +544,10 @@ for name in sys.argv[2:]:
 for ((i = 1; i <= consul_servers; i++)); do
 	start "consul-server-$i" "$dir/consul/server-$i" "$consul" agent -config-file "$dir/config/consul-server-$i.hcl"
 done
-consul_http_agent=consul-server-1
+consul_http_agent="consul-server-1"
 if ((consul_servers > 1)); then
 	start consul-client "$dir/consul/client" "$consul" agent -config-file "$dir/config/consul-client.hcl"
-	consul_http_agent=consul-client
+	consul_http_agent="consul-client"
 fi
 wait_for "a Consul leader" "$consul_http_agent" gpujob_has_leader "http://$consul_addr"
 wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_addr" gpujob-dev

@@ -22,7 +22,7 @@ gpujob_consul_bin() {
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# --- local dev cluster (scripts/dev-up.sh, dev-down.sh, dev-client.sh) ---
+# --- local dev cluster (scripts/dev-up.sh, dev-down.sh, dev-client.sh, ...) ---
 
 # gpujob_dev_dir prints the dev cluster's state directory.
 gpujob_dev_dir() {
@@ -117,4 +117,169 @@ gpujob_has_leader() {
 gpujob_consul_node_healthy() {
 	curl -fsS --max-time 2 "http://$1/v1/health/node/$2" 2>/dev/null |
 		grep -E '"CheckID": ?"serfHealth"[^}]*"Status": ?"passing"' >/dev/null
+}
+
+# --- acting on one agent of a running dev cluster (dev-consul.sh, ---
+# --- dev-nomad.sh, dev-client.sh)                                 ---
+
+# gpujob_dev_timeout prints GPUJOB_DEV_TIMEOUT (default 60): the seconds a
+# start waits for the cluster to work again.
+gpujob_dev_timeout() {
+	local timeout=${GPUJOB_DEV_TIMEOUT:-60}
+	[[ $timeout =~ ^[0-9]+$ ]] || die "GPUJOB_DEV_TIMEOUT must be a whole number, got '$timeout'"
+	echo "$timeout"
+}
+
+# gpujob_dev_up_dir prints the real path of the dev cluster's state dir, and
+# fails unless dev-up.sh started a cluster there and finished. dev-up records
+# real paths (in PID files' processes, configs, TMPDIR); so must an agent
+# started again, or dev-down would not recognise it. dev-up writes env only
+# once the whole cluster was ready, so its absence means a start that failed
+# or is still under way.
+gpujob_dev_up_dir() {
+	local dir here
+	dir=$(gpujob_dev_dir)
+	here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+	[ -f "$dir/.gpujob-dev" ] || die "no dev cluster in $dir (start one with $here/dev-up.sh, or set GPUJOB_DEV_DIR)"
+	dir=$(cd "$dir" && pwd -P)
+	[ -f "$dir/env" ] || die "the dev cluster in $dir is not up (no $dir/env): run $here/dev-up.sh"
+	echo "$dir"
+}
+
+# gpujob_dev_env_value DIR NAME prints NAME's value from the env file dev-up
+# wrote in DIR (lines export NAME='value'); read, not sourced, so nothing in
+# it runs here.
+gpujob_dev_env_value() {
+	sed -n "s/^export $2='\\(.*\\)'\$/\\1/p" "$1/env" | head -n 1
+}
+
+# gpujob_python prints the python3 to read the agents' JSON with: Debian's
+# first, the one on PATH otherwise.
+gpujob_python() {
+	command -v /usr/bin/python3 || command -v python3
+}
+
+# gpujob_now_ms prints the wall clock in milliseconds; gpujob_elapsed T0
+# prints the seconds since T0 (a gpujob_now_ms value) to 0.1 s: an agent's
+# restart takes a few seconds, so whole seconds would say little.
+gpujob_now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+gpujob_elapsed() {
+	local ms=$(($(gpujob_now_ms) - $1))
+	printf '%d.%ds' $((ms / 1000)) $((ms % 1000 / 100))
+}
+
+# gpujob_wait_gone SECONDS PID succeeds once PID has exited (the agent isn't
+# our child, so there's no wait(1) for it).
+gpujob_wait_gone() {
+	local end=$((SECONDS + $1))
+	while gpujob_proc_alive "$2"; do
+		((SECONDS < end)) || return 1
+		sleep 0.1
+	done
+}
+
+# gpujob_dev_agent_pid DIR NAME [CONFIG] prints the PID of agent NAME: its PID
+# file DIR/pids/NAME.pid; failing that, given CONFIG, a process whose command
+# line names CONFIG, so an agent whose PID file went missing is neither
+# reported stopped nor started twice.
+gpujob_dev_agent_pid() {
+	local dir=$1 name=$2 config=${3:-} pid
+	if pid=$(gpujob_dev_pid "$dir/pids/$name.pid" "$dir"); then
+		echo "$pid"
+		return 0
+	fi
+	[ -n "$config" ] || return 1
+	# The pattern comes from a file: given as an argument, grep would find
+	# its own command line.
+	# grep without -q: see gpujob_dev_pid (pipefail + SIGPIPE).
+	while read -r pid; do
+		[ "$pid" != $$ ] || continue
+		gpujob_proc_alive "$pid" || continue
+		# An agent, not, say, an editor open on the config.
+		tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -x agent >/dev/null || continue
+		echo "$pid"
+		return 0
+	done < <(grep -laFf <(echo "$config") /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3)
+	return 1
+}
+
+# gpujob_dev_stop DIR NAME CONFIG SIGNAL [NOTE] sends SIGNAL to agent NAME
+# (found as gpujob_dev_agent_pid does; CONFIG may be empty) and, if it is
+# still up after 15 s, SIGKILL; then removes its PID file, now stale, so
+# status says stopped and a start may go. NOTE follows the PID in the log
+# line. The signal goes to the agent alone, never its process group or
+# children: what an agent leaves running when it exits (a Nomad client's
+# tasks) is what dev-down collects.
+gpujob_dev_stop() {
+	local dir=$1 name=$2 config=$3 signal=$4 note=${5:-} pid t0
+	t0=$(gpujob_now_ms)
+	if ! pid=$(gpujob_dev_agent_pid "$dir" "$name" "$config"); then
+		log "$name is already stopped"
+		rm -f "$dir/pids/$name.pid"
+		return 0
+	fi
+	log "stopping $name (pid $pid)$note"
+	kill "-$signal" "$pid" 2>/dev/null || true
+	if ! gpujob_wait_gone 15 "$pid"; then
+		log "$name still running after 15s, killing it"
+		kill -KILL "$pid" 2>/dev/null || true
+		gpujob_wait_gone 5 "$pid" || die "$name (pid $pid) survived SIGKILL"
+	fi
+	rm -f "$dir/pids/$name.pid"
+	log "$name stopped in $(gpujob_elapsed "$t0")"
+}
+
+# gpujob_dev_kill DIR NAME CONFIG [NOTE] SIGKILLs agent NAME, as a crash
+# would, and removes its PID file; NOTE follows the PID in the log line.
+gpujob_dev_kill() {
+	local dir=$1 name=$2 config=$3 note=${4:-} pid
+	if ! pid=$(gpujob_dev_agent_pid "$dir" "$name" "$config"); then
+		log "$name is already stopped"
+		rm -f "$dir/pids/$name.pid"
+		return 0
+	fi
+	log "killing $name (pid $pid)$note"
+	kill -KILL "$pid" 2>/dev/null || true
+	gpujob_wait_gone 5 "$pid" || die "$name (pid $pid) survived SIGKILL"
+	rm -f "$dir/pids/$name.pid"
+}
+
+# gpujob_dev_fail_log DIR NAME MESSAGE prints MESSAGE and the tail of agent
+# NAME's log, then exits 1.
+gpujob_dev_fail_log() {
+	local log=$1/logs/$2.log
+	printf 'error: %s\n' "$3" >&2
+	printf -- '---- last 40 lines of %s ----\n' "$log" >&2
+	tail -n 40 "$log" >&2 || true
+	printf -- '----\n' >&2
+	exit 1
+}
+
+# gpujob_dev_restart_agent DIR NOMAD_ADDR CONSUL_ADDR NAME WD CMD... starts
+# agent NAME again as dev-up did (gpujob_dev_start: same binary, config, cwd,
+# environment, session, PID file and log), after a line in its log that says
+# so.
+gpujob_dev_restart_agent() {
+	printf '\n==> %s: %s started again by %s\n' "$(date '+%Y-%m-%dT%H:%M:%S%z')" "$4" "$(basename "$0")" \
+		>>"$1/logs/$4.log"
+	log "starting $4"
+	gpujob_dev_start "$@"
+}
+
+# gpujob_dev_await DIR NAME TIMEOUT INTERVAL HINT CHECK... runs CHECK every
+# INTERVAL seconds until it succeeds; while it fails it prints what it still
+# waits for. Agent NAME (its PID file written by gpujob_dev_start) exiting
+# meanwhile, or TIMEOUT seconds passing, fails with the tail of its log; on a
+# timeout the agent is left running, and HINT says how to stop it.
+gpujob_dev_await() {
+	local dir=$1 name=$2 timeout=$3 interval=$4 hint=$5 pid what deadline
+	shift 5
+	pid=$(<"$dir/pids/$name.pid")
+	deadline=$((SECONDS + timeout))
+	while ! what=$("$@"); do
+		gpujob_proc_alive "$pid" || gpujob_dev_fail_log "$dir" "$name" "$name exited while starting"
+		((SECONDS < deadline)) ||
+			gpujob_dev_fail_log "$dir" "$name" "$name (pid $pid) $what after ${timeout}s; it is left running, stop it with: $hint"
+		sleep "$interval"
+	done
 }

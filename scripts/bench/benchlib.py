@@ -10,13 +10,16 @@ usually BENCH_TRIAL=<trial>) in its environment, inherited by every descendant, 
 the ranks a Nomad task starts. That is how a harness finds what is left of a trial, waits
 for it to be gone, and, on exit, kills exactly its own leftovers by PID.
 """
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -51,6 +54,21 @@ def fmt(s, unit="s", digits=2):
     fail = f", {s['failed']} failed" if s["failed"] else ""
     return (f"{s['median']:.{digits}f} {unit} ({s['min']:.{digits}f}-{s['max']:.{digits}f}, "
             f"n={s['n']}{fail})")
+
+
+def all_succeeded(figures):
+    """Whether every configuration in figures ({key: [value or None]}) had a run that
+    succeeded: a harness's exit status."""
+    return all(summary(v)["n"] for v in figures.values())
+
+
+def emit(out, path=None):
+    """Prints the machine-readable result out as one JSON line; also writes it to path
+    (the harness's --json) when given."""
+    print(json.dumps(out))
+    if path:
+        with open(path, "w") as fh:
+            json.dump(out, fh)
 
 
 def rotated(items, i):
@@ -119,6 +137,40 @@ def kill_tagged(tag):
         time.sleep(0.1)
 
 
+def run_trial(label, trial, measure):
+    """One measurement: measure(cleanup) returns the figure, after appending to cleanup
+    what undoes what it started. Returns the figure, or None when measure raised (one
+    failed run is reported, the others go on). Either way the cleanup runs and the trial
+    is over only once no process carries BENCH_TRIAL=trial (what is left 60 s on is
+    killed), so the next trial starts on a quiet machine."""
+    cleanup = []
+    try:
+        v = measure(cleanup)
+        log(f"{label}: {v:.3f} s")
+    except Exception as e:
+        v = None
+        log(f"{label}: FAILED: {type(e).__name__}: {e}")
+    finally:
+        for f in cleanup:
+            f()
+        left = wait_gone("BENCH_TRIAL", trial, 60)
+        if left:
+            log(f"{label}: killed {len(left)} process(es) left 60 s after the stop")
+    return v
+
+
+@contextlib.contextmanager
+def scratch_dir(tag):
+    """A scratch directory for the invocation tagged tag; on leaving, however that
+    happens, every process of the invocation is killed and the directory removed."""
+    scratch = tempfile.mkdtemp(prefix=tag + "-")
+    try:
+        yield scratch
+    finally:
+        kill_tagged(tag)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def exit_on_signals():
     """SIGTERM/SIGHUP raise SystemExit so finally blocks (cleanup) run."""
     def handler(signum, _frame):
@@ -162,3 +214,44 @@ class Nomad:
 
 def hcl_str(s):
     return json.dumps(s)  # a JSON string is a valid HCL string
+
+
+def one_shot_job_hcl(job, group, task, count, driver, config, env, cpu, memory):
+    """A batch job of one group of count members, each with a dynamic port "rdzv", that
+    Nomad neither restarts nor reschedules: a harness measures exactly one attempt.
+    config is the body of the task's config block, already indented (8 spaces); env is a
+    dict of the task's environment."""
+    envs = "\n".join(f"        {k} = {hcl_str(v)}" for k, v in env.items())
+    return f"""
+job "{job}" {{
+  datacenters = ["*"]
+  type        = "batch"
+  group "{group}" {{
+    count = {count}
+    network {{
+      port "rdzv" {{}}
+    }}
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    reschedule {{
+      attempts  = 0
+      unlimited = false
+    }}
+    task "{task}" {{
+      driver = "{driver}"
+      config {{
+{config}
+      }}
+      env {{
+{envs}
+      }}
+      resources {{
+        cpu    = {cpu}
+        memory = {memory}
+      }}
+    }}
+  }}
+}}
+"""

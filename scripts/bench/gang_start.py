@@ -17,11 +17,8 @@ Run it through the wrapper (which starts and stops the dev cluster):
     scripts/bench/gang-start.sh [--runs 5] [--n 2,8,16]
 """
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
@@ -45,40 +42,7 @@ def job_hcl(job, driver, n, env):
     else:
         config = f"""        command = "/bin/sh"
         args    = ["-c", {bl.hcl_str(TASK)}]"""
-    envs = "\n".join(f"        {k} = {bl.hcl_str(v)}" for k, v in env.items())
-    return f"""
-job "{job}" {{
-  datacenters = ["*"]
-  type        = "batch"
-  group "g" {{
-    count = {n}
-    network {{
-      port "rdzv" {{}}
-    }}
-    restart {{
-      attempts = 0
-      mode     = "fail"
-    }}
-    reschedule {{
-      attempts  = 0
-      unlimited = false
-    }}
-    task "t" {{
-      driver = "{driver}"
-      config {{
-{config}
-      }}
-      env {{
-{envs}
-      }}
-      resources {{
-        cpu    = 20
-        memory = 64
-      }}
-    }}
-  }}
-}}
-"""
+    return bl.one_shot_job_hcl(job, "g", "t", n, driver, config, env, cpu=20, memory=64)
 
 
 def one(nomad, a, tag, trial, driver, n, out_dir, cleanup):
@@ -127,10 +91,9 @@ def main():
     bl.exit_on_signals()
     nomad = bl.Nomad()
     tag = bl.new_tag("bench-gang")
-    scratch = tempfile.mkdtemp(prefix=tag + "-")
-    os.chmod(scratch, 0o755)
     figures = {(d, n): [] for n in ns for d in drivers}
-    try:
+    with bl.scratch_dir(tag) as scratch:
+        os.chmod(scratch, 0o755)
         for i in range(a.runs):
             for n in ns:
                 for driver in bl.rotated(drivers, i):
@@ -138,24 +101,10 @@ def main():
                     out_dir = os.path.join(scratch, trial)
                     os.makedirs(out_dir)
                     os.chmod(out_dir, 0o777)
-                    cleanup = []
-                    try:
-                        v = one(nomad, a, tag, trial, driver, n, out_dir, cleanup)
-                        bl.log(f"run {i + 1}/{a.runs} N={n} {driver}: {v:.3f} s")
-                    except Exception as e:
-                        v = None
-                        bl.log(f"run {i + 1}/{a.runs} N={n} {driver}: FAILED: "
-                               f"{type(e).__name__}: {e}")
-                    finally:
-                        for f in cleanup:
-                            f()
-                        left = bl.wait_gone("BENCH_TRIAL", trial, 60)
-                        if left:
-                            bl.log(f"killed {len(left)} process(es) left 60 s after the stop")
+                    v = bl.run_trial(
+                        f"run {i + 1}/{a.runs} N={n} {driver}", trial,
+                        lambda cleanup: one(nomad, a, tag, trial, driver, n, out_dir, cleanup))
                     figures[(driver, n)].append(v)
-    finally:
-        bl.kill_tagged(tag)
-        shutil.rmtree(scratch, ignore_errors=True)
 
     print(f"\nGang start: `nomad job run` -> every process of N members running "
           f"(median (min-max) of {a.runs} interleaved runs):\n")
@@ -175,11 +124,8 @@ def main():
         print(f"| {n} | " + " | ".join(cells) + " |")
         rows.append({"n": n, "raw": {d: figures[(d, n)] for d in drivers}, "summary": s})
     out = {"bench": "gang-start", "runs": a.runs, "rows": rows}
-    print(json.dumps(out))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(out, fh)
-    return 0 if all(bl.summary(v)["n"] for v in figures.values()) else 1
+    bl.emit(out, a.json)
+    return 0 if bl.all_succeeded(figures) else 1
 
 
 if __name__ == "__main__":

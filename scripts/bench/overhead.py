@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,9 +119,8 @@ def main():
     bl.exit_on_signals()
     nomad = bl.Nomad()
     tag = bl.new_tag("bench-overhead")
-    scratch = tempfile.mkdtemp(prefix=tag + "-")
     hand, driver = [], []
-    try:
+    with bl.scratch_dir(tag) as scratch:
         for i in range(a.runs):
             sides = [("hand", hand), ("driver", driver)]
             for name, out in bl.rotated(sides, i):
@@ -134,9 +132,6 @@ def main():
                     v = None
                     bl.log(f"run {i + 1}/{a.runs} {name}: FAILED: {type(e).__name__}: {e}")
                 out.append(v)
-    finally:
-        bl.kill_tagged(tag)
-        shutil.rmtree(scratch, ignore_errors=True)
 
     h, d = bl.summary(hand), bl.summary(driver)
     ratios = [dv / hv for hv, dv in zip(hand, driver) if hv and dv]
@@ -153,10 +148,7 @@ def main():
               f"(median per-run ratio {r['median']:.3f})")
     out = {"bench": "overhead", "runs": a.runs, "hand": hand, "driver": driver, "ratios": ratios,
            "summary": {"hand": h, "driver": d, "ratio": r}}
-    print(json.dumps(out))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(out, fh)
+    bl.emit(out, a.json)
     return 0 if h["n"] and d["n"] else 1
 
 

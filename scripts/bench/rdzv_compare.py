@@ -20,10 +20,8 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
 import benchlib as bl  # noqa: E402
@@ -69,9 +67,8 @@ def main():
     bl.exit_on_signals()
     tag = bl.new_tag("bench-rdzv")
     env = dict(os.environ, BENCH_TAG=tag)
-    scratch = tempfile.mkdtemp(prefix=tag + "-")
     figures = {(c, m): [] for m in ms for c in COLUMNS}
-    try:
+    with bl.scratch_dir(tag) as scratch:
         test_bin = os.path.join(scratch, "rendezvous.test")
         bl.log("building the rendezvous test binary")
         subprocess.run(["go", "test", "-c", "-o", test_bin, "./driver/rendezvous/"], cwd=REPO,
@@ -89,9 +86,6 @@ def main():
                         v = None
                         bl.log(f"run {i + 1}/{a.runs} M={m} {col}: FAILED: {e}")
                     figures[(col, m)].append(v)
-    finally:
-        bl.kill_tagged(tag)
-        shutil.rmtree(scratch, ignore_errors=True)
 
     print(f"\nRendezvous, M member processes, barrier -> last member returned "
           f"(median (min-max) of {a.runs} interleaved runs):\n")
@@ -108,11 +102,8 @@ def main():
         print(f"| {m} | " + " | ".join(cells) + " |")
         rows.append({"m": m, "raw": {c: figures[(c, m)] for c in COLUMNS}, "summary": s})
     out = {"bench": "rdzv-compare", "runs": a.runs, "fast_poll": FAST_POLL, "rows": rows}
-    print(json.dumps(out))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(out, fh)
-    return 0 if all(bl.summary(v)["n"] for v in figures.values()) else 1
+    bl.emit(out, a.json)
+    return 0 if bl.all_succeeded(figures) else 1
 
 
 if __name__ == "__main__":

@@ -26,13 +26,10 @@ Run it through the wrapper (which starts and stops the dev cluster):
     scripts/bench/recovery.sh [--runs 5] [--columns gpujob,torchrun,floor]
 """
 import argparse
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
@@ -113,29 +110,7 @@ def workload_args(a):
 
 def gpujob_hcl(job, a, env):
     args = ", ".join(bl.hcl_str(x) for x in workload_args(a))
-    envs = "\n".join(f"        {k} = {bl.hcl_str(env[k])}"
-                     for k in ("BENCH_TAG", "BENCH_TRIAL", "BENCH_STEP_DIR"))
-    return f"""
-job "{job}" {{
-  datacenters = ["*"]
-  type        = "batch"
-  group "train" {{
-    count = {NNODES}
-    network {{
-      port "rdzv" {{}}
-    }}
-    restart {{
-      attempts = 0
-      mode     = "fail"
-    }}
-    reschedule {{
-      attempts  = 0
-      unlimited = false
-    }}
-    task "train" {{
-      driver = "gpujob"
-      config {{
-        command        = "{bl.PYTHON}"
+    config = f"""        command        = "{bl.PYTHON}"
         args           = [{args}]
         nproc_per_node = {NPROC}
         max_restarts   = 3
@@ -143,19 +118,20 @@ job "{job}" {{
           nnodes       = "{NNODES}"
           port         = "rdzv"
           join_timeout = "2m"
-        }}
-      }}
-      env {{
-{envs}
-      }}
-      resources {{
-        cpu    = 500
-        memory = 2048
-      }}
-    }}
-  }}
-}}
-"""
+        }}"""
+    env = {k: env[k] for k in ("BENCH_TAG", "BENCH_TRIAL", "BENCH_STEP_DIR")}
+    return bl.one_shot_job_hcl(job, "train", "train", NNODES, "gpujob", config, env,
+                               cpu=500, memory=2048)
+
+
+def recovery_time(step_dir, a):
+    """Once every rank steps: the kill of --kill-rank, then the seconds from it to the
+    last rank's first step in a new process."""
+    steps = Steps(step_dir)
+    steps.wait_stepping(set(), a.start_timeout)
+    t_kill, old = kill_one_rank(steps, a.kill_rank, a.settle)
+    got = steps.wait_stepping(old, a.recover_timeout)
+    return max(ts for _, ts in got.values()) - t_kill
 
 
 def run_gpujob(a, tag, trial, step_dir, cleanup):
@@ -163,11 +139,7 @@ def run_gpujob(a, tag, trial, step_dir, cleanup):
     job = trial
     cleanup.append(lambda: nomad.stop(job))
     nomad.run(gpujob_hcl(job, a, trial_env(tag, trial, step_dir)))
-    steps = Steps(step_dir)
-    steps.wait_stepping(set(), a.start_timeout)
-    t_kill, old = kill_one_rank(steps, a.kill_rank, a.settle)
-    got = steps.wait_stepping(old, a.recover_timeout)
-    return max(ts for _, ts in got.values()) - t_kill
+    return recovery_time(step_dir, a)
 
 
 def run_torchrun(a, tag, trial, step_dir, cleanup):
@@ -189,11 +161,7 @@ def run_torchrun(a, tag, trial, step_dir, cleanup):
             agents.append(subprocess.Popen(cmd + workload_args(a), env=env, stdout=out,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            start_new_session=True))
-    steps = Steps(step_dir)
-    steps.wait_stepping(set(), a.start_timeout)
-    t_kill, old = kill_one_rank(steps, a.kill_rank, a.settle)
-    got = steps.wait_stepping(old, a.recover_timeout)
-    return max(ts for _, ts in got.values()) - t_kill
+    return recovery_time(step_dir, a)
 
 
 def run_floor(a, tag, trial, step_dir, cleanup):
@@ -250,35 +218,21 @@ def main():
         ap.error(f"--kill-rank must be 0..{WORLD - 1}")
     bl.exit_on_signals()
     tag = bl.new_tag("bench-recovery")
-    scratch = tempfile.mkdtemp(prefix=tag + "-")
-    os.chmod(scratch, 0o755)
     figures = {c: [] for c in cols}
-    try:
+    with bl.scratch_dir(tag) as scratch:
+        os.chmod(scratch, 0o755)
         for i in range(a.runs):
             for col in bl.rotated(cols, i):
                 trial = f"{tag}-{col}-{i}"
                 step_dir = os.path.join(scratch, trial)
                 os.makedirs(step_dir)
                 os.chmod(step_dir, 0o777)  # the Nomad task may run as another user
-                cleanup = []
-                try:
-                    v = RUNNERS[col](a, tag, trial, step_dir, cleanup)
-                    bl.log(f"run {i + 1}/{a.runs} {col}: {v:.3f} s")
-                except Exception as e:  # one failed run is reported, the others go on
-                    v = None
-                    bl.log(f"run {i + 1}/{a.runs} {col}: FAILED: {type(e).__name__}: {e}")
-                finally:
-                    for f in cleanup:
-                        f()
-                    left = bl.wait_gone("BENCH_TRIAL", trial, 60)
-                    if left:
-                        bl.log(f"{col}: killed {len(left)} process(es) left 60 s after the stop")
+                v = bl.run_trial(
+                    f"run {i + 1}/{a.runs} {col}", trial,
+                    lambda cleanup: RUNNERS[col](a, tag, trial, step_dir, cleanup))
                 figures[col].append(v)
-    finally:
-        bl.kill_tagged(tag)
-        shutil.rmtree(scratch, ignore_errors=True)
     report(a, cols, figures)
-    return 0 if all(bl.summary(v)["n"] for v in figures.values()) else 1
+    return 0 if bl.all_succeeded(figures) else 1
 
 
 def report(a, cols, figures):
@@ -303,10 +257,7 @@ def report(a, cols, figures):
               f"{'met' if r >= 1.5 else 'NOT met'})")
     out = {"bench": "recovery", "runs": a.runs, "kill_rank": a.kill_rank,
            "torchrun_monitor_interval": mi, "raw": figures, "summary": s}
-    print(json.dumps(out))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(out, fh)
+    bl.emit(out, a.json)
 
 
 if __name__ == "__main__":
