@@ -86,6 +86,17 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 	if len(live) > 0 {
 		return nil // not the last one out
 	}
+	if r.cfg.RunGroup != "" {
+		// Open collected the runs that were dead then; a submission whose
+		// members died shortly before this one opened still had live
+		// sessions (they expire within 2×TTL). The last one out of this
+		// run collects them.
+		defer func() {
+			if err := r.collectDeadRuns(ctx); err != nil {
+				r.logf("deleting dead runs of %s: %v", r.cfg.RunGroup, err)
+			}
+		}()
+	}
 	var rec *roundRecord
 	var idx uint64
 	err = r.retry(ctx, "read round record", func(ctx context.Context) (err error) {
