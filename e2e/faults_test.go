@@ -42,9 +42,12 @@ const accuracyBar = 0.005
 // faultRow is one row of the matrix.
 type faultRow struct {
 	job     string
-	workers int            // 2 when 0
-	vars    []string       // extra jobspec variables
-	edit    func(*api.Job) // changes to the parsed jobspec
+	workers int      // 2 when 0
+	vars    []string // extra jobspec variables
+	// args replaces faultArgs, for a row whose fault needs training to
+	// last longer; the step count must stay faultSteps().
+	args []string
+	edit func(*api.Job) // changes to the parsed jobspec
 	// fault hits the running job once it has a checkpoint; nil for a row
 	// whose fault is in the workload itself.
 	fault func(t *testing.T, f *faultRun) error
@@ -87,7 +90,11 @@ func (c *cluster) trainThroughFault(t *testing.T, row faultRow) (result, []*api.
 	c.waitDriverHealthy(t)
 	ref := c.referenceAccuracy(t, workers)
 
-	job := c.trainJob(t, row.job, workers, 1, faultArgs, row.vars...)
+	args := faultArgs
+	if row.args != nil {
+		args = row.args
+	}
+	job := c.trainJob(t, row.job, workers, 1, args, row.vars...)
 	if row.edit != nil {
 		row.edit(job)
 	}
@@ -493,11 +500,15 @@ func (f *faultRun) sameRanks(t *testing.T) error {
 	return nil
 }
 
-// consulOutage is how long the Consul restart row keeps Consul down: longer
-// than a session's 10 s TTL, so a supervisor's renewals fail for more than
-// a TTL and must be retried, not given up; well short of the 60 s outage
-// training must ride out, so the run is still going when Consul is back.
-const consulOutage = 15 * time.Second
+// consulOutage is how long the Consul restart row keeps Consul down: the
+// 60 s outage training must ride out, six session TTLs, so a supervisor's
+// renewals fail for many TTLs and must be retried, not given up.
+const consulOutage = 60 * time.Second
+
+// consulOutageArgs slow the workload so that training still runs when
+// Consul is back (240 steps of 0.4 s: the fault hits at the first
+// checkpoint, with over a minute of training left).
+var consulOutageArgs = []string{"--steps", "240", "--sleep-per-step", "0.4"}
 
 func TestFaultNodeLost(t *testing.T) {
 	needCluster(t)
@@ -551,7 +562,8 @@ func TestFaultNodeLost(t *testing.T) {
 func TestFaultConsulRestart(t *testing.T) {
 	c := needCluster(t)
 	c.trainThroughFault(t, faultRow{
-		job: "e2e-fault-consul-restart",
+		job:  "e2e-fault-consul-restart",
+		args: consulOutageArgs,
 		fault: func(t *testing.T, f *faultRun) error {
 			if _, err := f.c.script("dev-consul.sh", "stop"); err != nil {
 				return err
