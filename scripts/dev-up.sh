@@ -260,6 +260,13 @@ client_addr          = "$ip"
 performance {
   raft_multiplier = 1
 }
+# Every agent and supervisor of the dev cluster connects from 127.0.0.1,
+# where a real cluster spreads them over its nodes' addresses: Consul's
+# default of 200 HTTP connections per client address would throttle (429)
+# a large rendezvous, each member holding a blocking query or two.
+limits {
+  http_max_conns_per_client = 4096
+}
 ui_config {
   enabled = true
 }
@@ -321,6 +328,13 @@ bind_addr            = "127.0.0.1"
 client_addr          = "127.0.0.1"
 retry_join           = [$join]
 retry_interval       = "1s"
+# Every agent and supervisor of the dev cluster connects from 127.0.0.1,
+# where a real cluster spreads them over its nodes' addresses: Consul's
+# default of 200 HTTP connections per client address would throttle (429)
+# a large rendezvous, each member holding a blocking query or two.
+limits {
+  http_max_conns_per_client = 4096
+}
 ui_config {
   enabled = true
 }

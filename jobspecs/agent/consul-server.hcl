@@ -32,6 +32,13 @@ performance {
   raft_multiplier = 1
 }
 
+# Every agent and supervisor of a dev cluster on one machine connects from 127.0.0.1,
+# where a real cluster spreads them over its nodes' addresses: Consul's
+# default of 200 HTTP connections per client address would throttle (429)
+# a large rendezvous, each member holding a blocking query or two.
+limits {
+  http_max_conns_per_client = 4096
+}
 ui_config {
   enabled = true
 }
