@@ -75,16 +75,36 @@ func (r *Rendezvous) Stop(ctx context.Context) error {
 // run is over (see Close). Each request is retried on its own, so that a
 // flaky Consul does not have to answer the whole sequence in one go.
 func (r *Rendezvous) cleanup(ctx context.Context) error {
-	var live []string
-	err := r.retry(ctx, "list live members", func(ctx context.Context) (err error) {
-		live, _, err = r.kv.Keys(r.key(livePrefix), "", (&api.QueryOptions{}).WithContext(ctx))
+	var pairs api.KVPairs
+	err := r.retry(ctx, "list members", func(ctx context.Context) (err error) {
+		pairs, _, err = r.kv.List(r.key(memberPfx), (&api.QueryOptions{}).WithContext(ctx))
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if len(live) > 0 {
-		return nil // not the last one out
+	view := parseMembers(r.base, pairs)
+	var rec *roundRecord
+	var idx uint64
+	err = r.retry(ctx, "read round record", func(ctx context.Context) (err error) {
+		rec, idx, err = r.getRound(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var roster []Member
+	if rec != nil && rec.Status == statusComplete {
+		err = r.retry(ctx, "read roster", func(ctx context.Context) (err error) {
+			roster, err = r.getRoster(ctx, rec.Number)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if !lastOut(view, rec, roster) {
+		return nil
 	}
 	if r.cfg.RunGroup != "" {
 		// Open collected the runs that were dead then; a submission whose
@@ -97,39 +117,13 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 			}
 		}()
 	}
-	var rec *roundRecord
-	var idx uint64
-	err = r.retry(ctx, "read round record", func(ctx context.Context) (err error) {
-		rec, idx, err = r.getRound(ctx)
-		return err
-	})
-	if err != nil {
-		return err
-	}
 	r.mu.Lock()
 	over := r.stopping || rec == nil || rec.terminal()
 	r.mu.Unlock()
 	if !over && rec.Status == statusComplete {
-		var pairs api.KVPairs
-		err := r.retry(ctx, "list finished members", func(ctx context.Context) (err error) {
-			pairs, _, err = r.kv.List(r.key(donePrefix), (&api.QueryOptions{}).WithContext(ctx))
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		done := parseMembers(r.base, pairs).done
-		var members []Member
-		err = r.retry(ctx, "read roster", func(ctx context.Context) (err error) {
-			members, err = r.getRoster(ctx, rec.Number)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		over = members != nil
-		for _, m := range members {
-			if done[m.ID] < rec.Number {
+		over = roster != nil
+		for _, m := range roster {
+			if view.done[m.ID] < rec.Number {
 				over = false
 				break
 			}
@@ -148,6 +142,28 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 		_, _, _, err := r.kv.Txn(api.KVTxnOps{guard, {Verb: api.KVDeleteTree, Key: r.base}}, (&api.QueryOptions{}).WithContext(ctx))
 		return err
 	})
+}
+
+// lastOut reports whether no live registration that still matters is left
+// once this member's is gone. In a complete round, a registration for it or
+// an earlier round by a member outside its roster, or by one that finished
+// it, matters no more: that member died and was replaced, or left after
+// Done, and its session merely outlives it (by up to 2×TTL, and longer when
+// a leader election re-arms the timers). Counting it would leave the run's
+// keys behind with no one to delete them.
+func lastOut(view memberView, rec *roundRecord, roster []Member) bool {
+	inRoster := make(map[string]bool, len(roster))
+	for _, m := range roster {
+		inRoster[m.ID] = true
+	}
+	for id, lr := range view.live {
+		stale := rec != nil && rec.Status == statusComplete && lr.Gen <= rec.Number &&
+			(!inRoster[id] || view.done[id] >= rec.Number)
+		if !stale {
+			return false
+		}
+	}
+	return true
 }
 
 // retry is retry with this member's logger.
