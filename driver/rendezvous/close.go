@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -93,18 +94,25 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The roster is read at most once, and only when needed: to tell a dead
+	// member's lingering registration from a running one, or to see
+	// whether everyone finished.
 	var roster []Member
-	if rec != nil && rec.Status == statusComplete {
-		err = r.retry(ctx, "read roster", func(ctx context.Context) (err error) {
+	haveRoster := false
+	readRoster := func() ([]Member, error) {
+		if haveRoster || rec == nil || rec.Status != statusComplete {
+			return roster, nil
+		}
+		err := r.retry(ctx, "read roster", func(ctx context.Context) (err error) {
 			roster, err = r.getRoster(ctx, rec.Number)
 			return err
 		})
-		if err != nil {
-			return err
-		}
+		haveRoster = err == nil
+		return roster, err
 	}
-	if !lastOut(view, rec, roster) {
-		return nil
+	last, err := lastOut(view, rec, readRoster)
+	if err != nil || !last {
+		return err
 	}
 	if r.cfg.RunGroup != "" {
 		// Open collected the runs that were dead then; a submission whose
@@ -121,6 +129,10 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 	over := r.stopping || rec == nil || rec.terminal()
 	r.mu.Unlock()
 	if !over && rec.Status == statusComplete {
+		roster, err := readRoster()
+		if err != nil {
+			return err
+		}
 		over = roster != nil
 		for _, m := range roster {
 			if view.done[m.ID] < rec.Number {
@@ -146,24 +158,34 @@ func (r *Rendezvous) cleanup(ctx context.Context) error {
 
 // lastOut reports whether no live registration that still matters is left
 // once this member's is gone. In a complete round, a registration for it or
-// an earlier round by a member outside its roster, or by one that finished
-// it, matters no more: that member died and was replaced, or left after
-// Done, and its session merely outlives it (by up to 2×TTL, and longer when
-// a leader election re-arms the timers). Counting it would leave the run's
-// keys behind with no one to delete them.
-func lastOut(view memberView, rec *roundRecord, roster []Member) bool {
-	inRoster := make(map[string]bool, len(roster))
-	for _, m := range roster {
-		inRoster[m.ID] = true
-	}
+// an earlier round by a member that is not in its roster matters no more:
+// that member died and was replaced, and its session merely outlives it (by
+// up to 2×TTL, longer when a leader election re-arms the timers). Counting it
+// would leave the run's keys behind with no one to delete them. A member
+// that finished the round and has yet to close still counts: it will be out
+// in a moment, and one member out of many doing the cleanup is enough.
+// roster is called only when a registration cannot be judged without it.
+func lastOut(view memberView, rec *roundRecord, roster func() ([]Member, error)) (bool, error) {
+	var unsure []string // not done, registered for this round or an earlier one
 	for id, lr := range view.live {
-		stale := rec != nil && rec.Status == statusComplete && lr.Gen <= rec.Number &&
-			(!inRoster[id] || view.done[id] >= rec.Number)
-		if !stale {
-			return false
+		if rec == nil || rec.Status != statusComplete || lr.Gen > rec.Number || view.done[id] >= rec.Number {
+			return false, nil
+		}
+		unsure = append(unsure, id)
+	}
+	if len(unsure) == 0 {
+		return true, nil
+	}
+	ms, err := roster()
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if slices.Contains(unsure, m.ID) {
+			return false, nil // a running member of the round
 		}
 	}
-	return true
+	return true, nil
 }
 
 // retry is retry with this member's logger.
