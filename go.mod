@@ -13,6 +13,7 @@ require (
 	github.com/hashicorp/nomad v1.6.3
 	github.com/hashicorp/nomad/api v0.0.0-20231030125810-e0497bff1437
 	github.com/mitchellh/go-testing-interface v1.14.2-0.20210821155943-2d9075ca8770
+	github.com/opencontainers/runc v1.1.8
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/zclconf/go-cty v1.19.0
@@ -109,7 +110,6 @@ require (
 	github.com/moby/sys/mountinfo v0.6.2 // indirect
 	github.com/mrunalp/fileutils v0.5.0 // indirect
 	github.com/oklog/run v1.1.0 // indirect
-	github.com/opencontainers/runc v1.1.8 // indirect
 	github.com/opencontainers/runtime-spec v1.1.0-rc.3 // indirect
 	github.com/opencontainers/selinux v1.10.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+
+	"github.com/gpujob/gpujob/driver/rendezvous"
 )
 
 // configSpec is the agent's plugin "nomad-driver-gpujob" { config { ... } }.
@@ -25,6 +27,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewLiteral(`"10s"`)),
 	"checkpoint_root": hclspec.NewDefault(hclspec.NewAttr("checkpoint_root", "string", false),
 		hclspec.NewLiteral(`"/var/lib/gpujob/checkpoints"`)),
+	// Who a task's ranks run as when the task names no user. Root, by any
+	// of these roads, needs allow_root (see resolveIdentity).
+	"default_user": hclspec.NewDefault(hclspec.NewAttr("default_user", "string", false),
+		hclspec.NewLiteral(`"nobody"`)),
+	"allow_root": hclspec.NewDefault(hclspec.NewAttr("allow_root", "bool", false),
+		hclspec.NewLiteral("false")),
 })
 
 // taskConfigSpec is a job's task "..." { driver = "gpujob" config { ... } }.
@@ -41,6 +49,9 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"max_restarts": hclspec.NewDefault(hclspec.NewAttr("max_restarts", "number", false), hclspec.NewLiteral("3")),
 	"log_prefix":   hclspec.NewAttr("log_prefix", "bool", false),
 	"workdir":      hclspec.NewAttr("workdir", "string", false),
+	// Python modules a preloaded interpreter imports once per local rank
+	// slot, so that ranks restart by a fork (supervisor/zygote.go).
+	"preload": hclspec.NewAttr("preload", "list(string)", false),
 	// A map in a task config reaches the driver as a list of maps (Nomad's
 	// JSON job form), as for docker's labels and sysctl.
 	"env": hclspec.NewAttr("env", "list(map(string))", false),
@@ -52,6 +63,8 @@ type Config struct {
 	KeyPrefix      string        `codec:"key_prefix"`
 	SessionTTL     string        `codec:"session_ttl"`
 	CheckpointRoot string        `codec:"checkpoint_root"`
+	DefaultUser    string        `codec:"default_user"`
+	AllowRoot      bool          `codec:"allow_root"`
 }
 
 // ConsulConfig says how the supervisors reach Consul. Empty fields fall back
@@ -74,6 +87,7 @@ type TaskConfig struct {
 	MaxRestarts  int                 `codec:"max_restarts"`
 	LogPrefix    *bool               `codec:"log_prefix"`
 	Workdir      string              `codec:"workdir"`
+	Preload      []string            `codec:"preload"`
 	Env          []map[string]string `codec:"env"`
 }
 
@@ -121,6 +135,12 @@ func (c *Config) validate() error {
 	if !strings.HasPrefix(c.CheckpointRoot, "/") {
 		return fmt.Errorf("checkpoint_root: %q must be an absolute path", c.CheckpointRoot)
 	}
+	if c.DefaultUser == "" {
+		c.DefaultUser = defaultUser
+	}
+	if c.DefaultUser == "root" && !c.AllowRoot {
+		return fmt.Errorf("default_user: \"root\" needs allow_root = true (the gpujob driver runs tasks as root only when the agent config says so)")
+	}
 	if c.Consul == nil {
 		c.Consul = &ConsulConfig{}
 	}
@@ -148,6 +168,13 @@ func parseNNodes(s string) (min, max int, err error) {
 	}
 	if min < 1 || max < min {
 		return 0, 0, fmt.Errorf("rendezvous.nnodes: %q needs 1 <= min <= max", s)
+	}
+	// The rendezvous refuses larger groups; refusing here, before the
+	// driver sizes its list of expected members by max, also keeps a typo
+	// such as "2000000000" from exhausting the client's memory (found by
+	// FuzzTaskConfig).
+	if max > rendezvous.MaxMembers {
+		return 0, 0, fmt.Errorf("rendezvous.nnodes: %q is above the limit of %d members", s, rendezvous.MaxMembers)
 	}
 	return min, max, nil
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -167,6 +168,14 @@ func (d *Driver) fingerprint(ctx context.Context, health *consulHealth) (*driver
 		"driver.gpujob":         pstructs.NewBoolAttribute(true),
 		"driver.gpujob.version": pstructs.NewStringAttribute(PluginVersion),
 	}}
+	// A default_user this node lacks would fail every task without a user:
+	// keep them off the node, saying why.
+	if isRoot() {
+		if _, err := resolveIdentity("", identityPolicy{DefaultUser: cfg.DefaultUser, AllowRoot: cfg.AllowRoot}, user.Lookup); err != nil {
+			fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, err.Error()
+			return fp, fingerprintPeriod
+		}
+	}
 	spec, err := consulSpec(cfg, os.Getenv)
 	if err != nil {
 		fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, err.Error()
@@ -189,13 +198,32 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err := cfg.DecodeDriverConfig(&tc); err != nil {
 		return nil, nil, fmt.Errorf("decoding the task config: %w", err)
 	}
+	// Who the ranks run as, decided before anything is created for them.
+	runAs, err := resolveIdentity(cfg.User, identityPolicy{DefaultUser: pc.DefaultUser, AllowRoot: pc.AllowRoot,
+		ClientUID: os.Geteuid()}, user.Lookup)
+	if err != nil {
+		return nil, nil, err
+	}
 	spec, err := buildSpec(cfg, &tc, pc, os.Getenv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpujob task config: %w", err)
 	}
+	if err := inlineConsulTLS(&spec.Consul, os.ReadFile); err != nil {
+		return nil, nil, fmt.Errorf("nomad-driver-gpujob plugin config: %w", err)
+	}
+	spec.RunAs = runAs
+	visible := reservedGPUs(cfg)
+	spec.VisibleDevices = &visible
+	var why string
+	if spec.GPUIsolation, why = gpuIsolation(cfg, isRoot(), supervisor.DevicesV1Cgroup); spec.GPUIsolation == nil {
+		d.logger.Debug("no device cgroup for the task's GPUs", "task", cfg.Name, "alloc_id", cfg.AllocID, "reason", why)
+	}
 	private := filepath.Dir(spec.EventsFile)
-	if err := os.MkdirAll(private, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("preparing %s: %w", private, err)
+	if err := securePrivateDir(private); err != nil {
+		return nil, nil, fmt.Errorf("preparing the task's private directory: %w", err)
+	}
+	if err := prepareCheckpointDir(pc.CheckpointRoot, spec.CheckpointDir, runAs); err != nil {
+		return nil, nil, err
 	}
 	// A task restarted in place (nomad alloc restart) keeps its private
 	// directory: the last run's stop deadline and rank groups are not this one's.
@@ -221,7 +249,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		Cmd:  d.self,
 		Args: []string{SuperviseCommand, specPath},
 		Env:  cfg.EnvList(),
-		User: cfg.User,
+		// The supervisor keeps the client's identity and starts the ranks
+		// as spec.RunAs itself (supervisor.Credential says why). Not the
+		// executor's User either way: Nomad 1.6's executor gives such a
+		// process GID 0 among its supplementary groups.
+		User: "",
 		// Cgroups put the supervisor and every worker in one tree, so task
 		// stats and a stop cover all of them. Without device isolation the
 		// /dev/nvidia* nodes stay usable under cgroups v2 (nomad#17200 is
@@ -245,6 +277,10 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	// same PID, when the driver decides whether it is gone.
 	superStart, _ := supervisor.ProcessStart(ps.Pid)
 	h := d.newHandle(cfg, exec, pluginClient, ps.Pid, superStart, time.Now().Round(time.Millisecond), spec.GroupsFile, logger)
+	h.runAs = runAs
+	if spec.GPUIsolation != nil {
+		h.devicesCgroup = spec.GPUIsolation.V1Cgroup
+	}
 	handle := drivers.NewTaskHandle(taskHandleVersion)
 	handle.Config = cfg
 	state := TaskState{
@@ -255,6 +291,8 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		StartedAt:      h.startedAt,
 		EventsFile:     spec.EventsFile,
 		GroupsFile:     spec.GroupsFile,
+		RunAs:          runAs,
+		DevicesCgroup:  h.devicesCgroup,
 	}
 	if err := handle.SetDriverState(&state); err != nil {
 		_ = exec.Shutdown("", 0)
@@ -343,6 +381,14 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 		return fmt.Errorf("reattaching to the executor: %w", err)
 	}
 	h := d.newHandle(state.TaskConfig, exec, pluginClient, state.Pid, state.PidStartTicks, state.StartedAt, groupsFile, logger)
+	h.runAs, h.devicesCgroup = state.RunAs, state.DevicesCgroup
+	if state.EventsFile != "" {
+		// A client that rebuilt the task directory made it world-writable
+		// again.
+		if err := securePrivateDir(filepath.Dir(state.EventsFile)); err != nil {
+			logger.Warn("the task's private directory may be open to other users", "error", err)
+		}
+	}
 	d.tasks.Set(state.TaskConfig.ID, h)
 	// Events written while the client was down were already reported, or
 	// are stale: follow from the end.
@@ -436,6 +482,9 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	}
 	if !processAlive(h.pid, h.pidStart) {
 		killLeftovers(h.logger, h.groupsFile)
+		if err := supervisor.RemoveV1Cgroup(h.devicesCgroup); err != nil {
+			h.logger.Debug("removing the task's devices cgroup", "error", err)
+		}
 	}
 	if h.stopEvents != nil {
 		h.stopEvents()
@@ -489,6 +538,7 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
+	cmd = d.asTaskUser(h, cmd)
 	out, code, err := h.exec.Exec(time.Now().Add(timeout), cmd[0], cmd[1:])
 	if err != nil {
 		return nil, err
@@ -508,7 +558,17 @@ func (d *Driver) ExecTaskStreamingRaw(ctx context.Context, taskID string, comman
 	if !ok {
 		return drivers.ErrTaskNotFound
 	}
-	return h.exec.ExecStreaming(ctx, command, tty, stream)
+	return h.exec.ExecStreaming(ctx, d.asTaskUser(h, command), tty, stream)
+}
+
+// asTaskUser has a command run in the task (nomad alloc exec, script
+// checks) run as the task's user: the executor would run it as the
+// supervisor's, root.
+func (d *Driver) asTaskUser(h *taskHandle, cmd []string) []string {
+	if h.runAs == nil {
+		return cmd
+	}
+	return append([]string{d.self, supervisor.RunAsCommand}, h.runAs.RunAsArgs(cmd)...)
 }
 
 // Shutdown stops the driver's goroutines; tasks keep running (their

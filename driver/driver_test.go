@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +26,27 @@ import (
 	"github.com/gpujob/gpujob/internal/testagent"
 )
 
-var testConsul *testagent.Consul
+// testConsul is the Consul agent of the tests that run tasks, started by
+// the first of them (consulAddr) and stopped by TestMain: the fuzz targets'
+// worker processes run TestMain too and need none.
+var testConsul struct {
+	once  sync.Once
+	agent *testagent.Consul
+	err   error
+}
+
+// consulAddr returns the test Consul agent's address, starting it on first
+// use.
+func consulAddr(t testingT) string {
+	t.Helper()
+	testConsul.once.Do(func() {
+		testConsul.agent, testConsul.err = testagent.StartConsul("")
+	})
+	if testConsul.err != nil {
+		t.Fatalf("driver tests need a real Consul: %v", testConsul.err)
+	}
+	return testConsul.agent.Addr
+}
 
 // testingT is what Nomad's driver harness takes; *testing.T is one, and
 // benchT makes a *testing.B one.
@@ -41,14 +62,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == SuperviseCommand {
 		os.Exit(supervisor.Main(os.Args[2]))
 	}
-	c, err := testagent.StartConsul("")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "driver tests need a real Consul:", err)
-		os.Exit(1)
+	if len(os.Args) > 1 && os.Args[1] == supervisor.RunAsCommand {
+		os.Exit(supervisor.RunAsMain(os.Args[2:]))
 	}
-	testConsul = c
 	code := m.Run()
-	c.Stop()
+	if testConsul.agent != nil {
+		testConsul.agent.Stop()
+	}
 	os.Exit(code)
 }
 
@@ -74,10 +94,16 @@ func harnessWith(t testingT, cfg Config, tweak func(*Driver)) *dtestutil.DriverH
 	// binary; every task is destroyed by its test.
 	h := dtestutil.NewDriverHarness(t, d)
 	if cfg.Consul == nil {
-		cfg.Consul = &ConsulConfig{Address: testConsul.Addr}
+		cfg.Consul = &ConsulConfig{Address: consulAddr(t)}
 	}
 	if cfg.CheckpointRoot == "" {
 		cfg.CheckpointRoot = t.TempDir()
+	}
+	// The tests' ranks write to the test's own temporary directories,
+	// which only the test's user can enter: they run as that user unless
+	// a test says otherwise (TestTaskRunsAsItsUser runs them as nobody).
+	if cfg.DefaultUser == "" && os.Geteuid() == 0 {
+		cfg.DefaultUser, cfg.AllowRoot = "root", true
 	}
 	var data []byte
 	if err := base.MsgPackEncode(&data, &cfg); err != nil {
@@ -188,7 +214,7 @@ func ports(t testingT, n int) []int {
 // consulEmpty fails the test if anything of run is left in Consul.
 func consulEmpty(t testingT, run string) {
 	t.Helper()
-	c, err := consul.NewClient(&consul.Config{Address: testConsul.Addr})
+	c, err := consul.NewClient(&consul.Config{Address: consulAddr(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +264,21 @@ func TestFingerprintFollowsConsul(t *testing.T) {
 	fp = <-ch
 	if fp.Health != drivers.HealthStateUnhealthy || !strings.Contains(fp.HealthDescription, "127.0.0.1:1") {
 		t.Fatalf("with Consul down: health %s %q, want unhealthy naming the address", fp.Health, fp.HealthDescription)
+	}
+}
+
+func TestFingerprintNeedsTheDefaultUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("default_user applies on a root client only")
+	}
+	h := harness(t, Config{DefaultUser: "gpujob-no-such-user"})
+	ch, err := h.Fingerprint(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := <-ch
+	if fp.Health != drivers.HealthStateUnhealthy || !strings.Contains(fp.HealthDescription, `default_user "gpujob-no-such-user" does not exist`) {
+		t.Fatalf("health %s %q, want unhealthy naming the missing default_user", fp.Health, fp.HealthDescription)
 	}
 }
 
@@ -569,4 +610,104 @@ func TestStopEndsRanksThatIgnoreSIGTERMWithinTheTimeout(t *testing.T) {
 		t.Errorf("after stop: %v %+v; stderr:\n%s", err, status.ExitResult, stderr(t, cfg))
 	}
 	consulEmpty(t, "default/"+job)
+}
+
+// TestTaskRunsAsItsUser is the driver's default on a root client: the ranks
+// and `nomad alloc exec` run as nobody, the checkpoint directory is
+// nobody's, the spec with the Consul token is not, and root is refused.
+func TestTaskRunsAsItsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: running tasks as another user")
+	}
+	ckpt := filepath.Join(t.TempDir(), "ckpt")
+	// t.TempDir's directories are root's, mode 0700: nobody could not
+	// reach the checkpoints below. A real checkpoint_root is 0755.
+	os.Chmod(filepath.Dir(ckpt), 0o755)
+	os.Chmod(filepath.Dir(filepath.Dir(ckpt)), 0o755)
+	h := harness(t, Config{DefaultUser: "nobody", CheckpointRoot: ckpt})
+	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2,
+		Args: []string{"-c", `echo "$(id -u) $(id -G) home=$HOME user=$USER" > "$GPUJOB_CHECKPOINT_DIR/ids.$RANK"
+cat "$NOMAD_TASK_DIR/../private/gpujob-supervisor.json" >/dev/null 2>&1 && echo "read the spec" > "$GPUJOB_CHECKPOINT_DIR/leak.$RANK"
+while :; do sleep 0.1; done`}}
+	cfg := member(t, h, "as-nobody", 0, ports(t, 1)[0], tc)
+	// The harness's alloc dir is under a 0700 temporary directory; a
+	// client's data_dir/alloc is 0711.
+	os.Chmod(filepath.Dir(cfg.AllocDir), 0o711)
+	if _, _, err := h.StartTask(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.DestroyTask(cfg.ID, true) })
+	dir := filepath.Join(ckpt, "default", "as-nobody")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		a, _ := os.ReadFile(filepath.Join(dir, "ids.0"))
+		b, _ := os.ReadFile(filepath.Join(dir, "ids.1"))
+		if len(a) > 0 && len(b) > 0 {
+			want := "65534 65534 home=" + filepath.Join(cfg.TaskDir().Dir, "local") + " user=nobody\n"
+			if string(a) != want || string(b) != want {
+				t.Fatalf("ranks ran as %q and %q, want %q", a, b, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks did not start; stderr:\n%s", stderr(t, cfg))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if leaks, _ := filepath.Glob(filepath.Join(dir, "leak.*")); len(leaks) > 0 {
+		t.Errorf("a rank read the supervisor's spec (and the Consul token in it)")
+	}
+	if uid, mode := owner(t, dir); uid != 65534 || mode.Perm() != 0o700 {
+		t.Errorf("checkpoint dir: UID %d mode %v, want nobody's 0700", uid, mode)
+	}
+	if uid, mode := owner(t, filepath.Join(cfg.TaskDir().Dir, "private")); uid != 0 || mode.Perm() != 0o700 {
+		t.Errorf("private dir: UID %d mode %v, want root's 0700", uid, mode)
+	}
+	// The supervisor itself stays root: it holds the token.
+	status, _ := h.InspectTask(cfg.ID)
+	var pid int
+	fmt.Sscan(status.DriverAttributes["pid"], &pid)
+	if uid := procUID(t, pid); uid != 0 {
+		t.Errorf("the supervisor runs as UID %d, want root", uid)
+	}
+	// nomad alloc exec runs as the task's user too.
+	res, err := h.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "id -u; id -G"}, 10*time.Second)
+	if err != nil || !res.ExitResult.Successful() {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	if got := strings.Fields(string(res.Stdout)); strings.Join(got, " ") != "65534 65534" {
+		t.Errorf("exec ran as %q, want nobody with nobody's group alone", res.Stdout)
+	}
+	if err := h.StopTask(cfg.ID, 5*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Root is refused without allow_root, in words that name the knob.
+	rootTask := member(t, h, "as-root", 0, ports(t, 1)[0], tc)
+	rootTask.User = "root"
+	_, _, err = h.StartTask(rootTask)
+	if err == nil || !strings.Contains(err.Error(), "allow_root = true") {
+		t.Fatalf("a root task: %v, want a refusal naming allow_root", err)
+	}
+	if _, err := os.Stat(filepath.Join(ckpt, "default", "as-root")); !os.IsNotExist(err) {
+		t.Errorf("the refused task got a checkpoint directory: %v", err)
+	}
+}
+
+// procUID is the real UID of a process.
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			var uid int
+			fmt.Sscan(f[1], &uid)
+			return uid
+		}
+	}
+	t.Fatalf("no Uid line in /proc/%d/status", pid)
+	return -1
 }

@@ -22,9 +22,12 @@ type taskHandle struct {
 	pid          int
 	pidStart     uint64 // the supervisor's start ticks, 0 if unknown
 	groupsFile   string // where the supervisor records its ranks' process groups
-	logger       hclog.Logger
-	taskConfig   *drivers.TaskConfig
-	startedAt    time.Time
+	runAs        *supervisor.Credential
+	// devicesCgroup is the cgroups v1 devices cgroup of the task, if any.
+	devicesCgroup string
+	logger        hclog.Logger
+	taskConfig    *drivers.TaskConfig
+	startedAt     time.Time
 	// stopEvents ends the goroutine that turns the supervisor's events into
 	// task events.
 	stopEvents context.CancelFunc

@@ -1,10 +1,13 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hashicorp/nomad/plugins/drivers"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
 )
 
 // consulOutageGrace is how long the driver stays healthy while Consul does
@@ -35,6 +38,13 @@ func (h *consulHealth) observe(now time.Time, err error) (drivers.HealthState, s
 	if err == nil {
 		h.everReached, h.downSince = true, time.Time{}
 		return drivers.HealthStateHealthy, drivers.DriverHealthy, fingerprintPeriod
+	}
+	// Consul answered, and refused the token: no grace, since waiting
+	// cannot fix it and every task placed here would fail its rendezvous.
+	var rejected *supervisor.TokenRejectedError
+	if errors.As(err, &rejected) {
+		h.everReached, h.downSince = true, time.Time{}
+		return drivers.HealthStateUnhealthy, err.Error(), fingerprintRetryPeriod
 	}
 	if h.downSince.IsZero() {
 		h.downSince = now

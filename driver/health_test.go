@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/plugins/drivers"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
 )
 
 func TestConsulHealthRidesOutShortOutages(t *testing.T) {
@@ -42,6 +44,17 @@ func TestConsulHealthRidesOutShortOutages(t *testing.T) {
 			{20*time.Second + consulOutageGrace, down, drivers.HealthStateHealthy, fingerprintRetryPeriod, ""},
 		}},
 	}
+	rejected := &supervisor.TokenRejectedError{Address: "127.0.0.1:8500", Reason: "ACL not found"}
+	cases = append(cases, struct {
+		name  string
+		steps []step
+	}{"a rejected token is unhealthy at once, with no grace", []step{
+		{0, nil, drivers.HealthStateHealthy, fingerprintPeriod, drivers.DriverHealthy},
+		{30 * time.Second, rejected, drivers.HealthStateUnhealthy, fingerprintRetryPeriod, "rejects the driver's token (ACL not found)"},
+		{35 * time.Second, nil, drivers.HealthStateHealthy, fingerprintPeriod, drivers.DriverHealthy},
+		// An outage after it still gets its grace.
+		{40 * time.Second, down, drivers.HealthStateHealthy, fingerprintRetryPeriod, "unhealthy after 1m0s"},
+	}})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var h consulHealth

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/nomad/client/allocdir"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/safename"
 )
 
 // Defaults for the task's rendezvous block.
@@ -75,32 +77,49 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		return nil, err
 	}
 
-	namespace := cfg.Namespace
-	if namespace == "" {
-		namespace = "default"
-	}
-	jobID := cfg.JobID
-	if jobID == "" {
-		jobID = cfg.JobName
-	}
+	// Nomad lets a hand-written job ID be almost anything ("../../x",
+	// "a/b", tabs): every name is encoded into one safe segment before it
+	// reaches a path or a Consul key. Ordinary names are their own
+	// encoding, so the layout <root>/<ns>/<job>[/<run>] is unchanged.
+	ns := safename.Encode(firstOf(cfg.Namespace, "default"))
+	job := safename.Encode(firstOf(cfg.JobID, cfg.JobName))
+	group := safename.Encode(cfg.TaskGroupName)
+	// Members are named like allocations, "<job>.<group>[<index>]", from
+	// the same encoded parts: the rendezvous orders ranks by name and
+	// refuses tabs and newlines in it, and every member must compute
+	// the same names for itself and for the expected ones.
 	allocName := cfg.Env["NOMAD_ALLOC_NAME"]
-	if allocName == "" {
-		allocName = fmt.Sprintf("%s.%s[%s]", jobID, cfg.TaskGroupName, cfg.Env["NOMAD_ALLOC_INDEX"])
+	if index, ok := cfg.Env["NOMAD_ALLOC_INDEX"]; ok || allocName == "" {
+		allocName = memberName(job, group, index)
 	}
 	expected := make([]string, max)
 	for i := range expected {
-		expected[i] = fmt.Sprintf("%s.%s[%d]", jobID, cfg.TaskGroupName, i)
+		expected[i] = memberName(job, group, strconv.Itoa(i))
 	}
-	private := filepath.Join(cfg.TaskDir().Dir, "private")
+	// Nomad builds the task directory as <alloc dir>/<task name> and
+	// refuses only slashes and NULs in a task name: ".", ".." or "alloc"
+	// (the shared directory every task and the alloc fs API can read)
+	// would put the private directory, with the Consul token, outside the
+	// task's own directory.
+	if t := cfg.Name; t == "" || t == "." || t == ".." || t == allocdir.SharedAllocName || strings.ContainsAny(t, `/\`) {
+		return nil, fmt.Errorf("task name %q: the gpujob driver needs a task directory of its own under the allocation directory (a name other than \".\", \"..\" or %q, without slashes)", t, allocdir.SharedAllocName)
+	}
+	private := filepath.Join(cfg.TaskDir().Dir, allocdir.TaskPrivate)
 
 	// Each `gpujob submit` is a fresh run with a fresh restart budget; the
 	// members of one submission (replacements too) share its run.
 	// A job without the meta (written by hand) is one run for its whole
 	// life, with no group of earlier submissions to clear.
-	runID, runGroup := namespace+"/"+jobID, ""
+	runID, runGroup := ns+"/"+job, ""
 	submission := cfg.Env["NOMAD_META_gpujob_run"]
 	if validRunName(submission) {
 		runID, runGroup = runID+"/"+submission, runID
+	} else {
+		submission = ""
+	}
+	ckpt, err := checkpointDir(pc.CheckpointRoot, ns, job, submission)
+	if err != nil {
+		return nil, err
 	}
 
 	consul, err := consulSpec(pc, getenv)
@@ -115,6 +134,7 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		Workdir:          tc.Workdir,
 		NProcPerNode:     nproc,
 		LogPrefix:        logPrefix,
+		Preload:          tc.Preload,
 		RunID:            runID,
 		RunGroup:         runGroup,
 		RoleName:         "default",
@@ -125,7 +145,7 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		JoinTimeout:      supervisor.Duration(join),
 		LastCall:         supervisor.Duration(lastCall),
 		MaxRestarts:      tc.MaxRestarts,
-		CheckpointDir:    checkpointDir(pc.CheckpointRoot, namespace, jobID, submission),
+		CheckpointDir:    ckpt,
 		StopGrace:        supervisor.Duration(defaultStopGrace),
 		Consul:           consul,
 		EventsFile:       filepath.Join(private, eventsFileName),
@@ -223,19 +243,40 @@ func consulSpec(pc *Config, getenv func(string) string) (supervisor.ConsulSpec, 
 	return c, nil
 }
 
+// memberName is a member's name in the rendezvous, the allocation's name
+// with encoded parts: "<job>.<group>[<index>]".
+func memberName(job, group, index string) string {
+	return fmt.Sprintf("%s.%s[%s]", job, group, index)
+}
+
 // checkpointDir is <root>/<namespace>/<job>, the same for every restart of a
 // run. `gpujob submit` stamps each submission with the job meta gpujob_run,
 // which adds a level, so a resubmitted job starts fresh instead of resuming
-// its predecessor's final checkpoint.
-func checkpointDir(root, namespace, job, run string) string {
-	if !validRunName(run) {
-		return filepath.Join(root, namespace, job)
+// its predecessor's final checkpoint. The parts must be safename segments
+// (run may be empty); the result is checked to lie strictly under root all
+// the same, so that a bug in composing it fails the task instead of
+// letting the supervisor create and chown a directory elsewhere.
+func checkpointDir(root string, parts ...string) (string, error) {
+	var segs []string
+	for _, p := range parts {
+		if p != "" {
+			segs = append(segs, p)
+		}
 	}
-	return filepath.Join(root, namespace, job, run)
+	dir := filepath.Join(append([]string{root}, segs...)...)
+	rel, err := filepath.Rel(filepath.Clean(root), dir)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) ||
+		strings.Count(rel, string(filepath.Separator)) != len(segs)-1 {
+		return "", fmt.Errorf("checkpoint directory %q is not %d level(s) inside checkpoint_root %q; refusing to create it", dir, len(segs), root)
+	}
+	return dir, nil
 }
 
-// validRunName reports whether a gpujob_run value can name a submission: one
-// path element (it becomes a directory and a Consul key segment).
+// validRunName reports whether a gpujob_run value can name a submission.
+// `gpujob submit` stamps a Unix time; a value that is not its own safe
+// encoding, or that is a name of the rendezvous layout under a run (ctl,
+// m, roster: the rendezvous refuses those as a run of a group), is
+// ignored, and the job is one run for its whole life as without the meta.
 func validRunName(run string) bool {
-	return run != "" && !strings.ContainsAny(run, "/\\") && run != "." && run != ".."
+	return safename.IsPlain(run) && run != "ctl" && run != "m" && run != "roster"
 }

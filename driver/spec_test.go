@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,8 @@ func TestBuildSpecErrorsNameTheField(t *testing.T) {
 		{"negative restarts", TaskConfig{Command: "x", MaxRestarts: -1}, "max_restarts"},
 		{"negative nproc", TaskConfig{Command: "x", NProcPerNode: -2}, "nproc_per_node"},
 		{"relative workdir", TaskConfig{Command: "x", Workdir: "code"}, "workdir"},
+		{"preload with a command that is not Python", TaskConfig{Command: "/bin/bash", Args: []string{"t.sh"}, Preload: []string{"torch"}}, "preload"},
+		{"preload of a bad module", TaskConfig{Command: "/usr/bin/python3", Args: []string{"t.py"}, Preload: []string{"a b"}}, "preload[0]"},
 		{"multi-node without a port", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2"}}, "rendezvous.port: required"},
 		{"unknown port label", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "nope"}}, `no port labelled "nope"`},
 	}
@@ -186,5 +189,141 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("error %v, want one naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+// Nomad accepts almost any job ID in a job written by hand; none may lead
+// the checkpoint directory out of checkpoint_root or put a raw '/', '.' or
+// '..' segment into the rendezvous keys (issue 8).
+func TestHandWrittenNamesStayUnderTheCheckpointRoot(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	cases := []struct {
+		jobID, run string
+		wantJob    string // the job's segment in paths, keys and member names
+	}{
+		{"../../x", "", "~2E.~2F..~2Fx"},
+		{"../../../../../tmp/escaped", "1764490000", ""},
+		{"a/b", "", "a~2Fb"},
+		{"a%2Fb", "", "a~252Fb"},
+		{"..", "", "~2E."},
+		{".", "1764490000", "~2E"},
+		{"with space", "", "with~20space"},
+		{"tab\tnewline\n", "", "tab~09newline~0A"},
+		{"q?x#y", "", "q~3Fx~23y"},
+		{long, "", ""},
+		{"données/日本", "", "donn~C3~A9es~2F~E6~97~A5~E6~9C~AC"},
+		{"bert", "../../etc", "bert"},
+		{"bert", "ctl", "bert"},
+	}
+	for _, c := range cases {
+		t.Run(c.jobID, func(t *testing.T) {
+			cfg := taskCfg()
+			cfg.JobID, cfg.JobName = c.jobID, c.jobID
+			delete(cfg.Env, "NOMAD_ALLOC_NAME") // Nomad's would hold the raw ID
+			if c.run != "" {
+				cfg.Env["NOMAD_META_gpujob_run"] = c.run
+			}
+			pc := pluginCfg(t)
+			s, err := buildSpec(cfg, &TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv"}}, pc, noEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, err := filepath.Rel(pc.CheckpointRoot, s.CheckpointDir)
+			if err != nil || strings.HasPrefix(rel, "..") || filepath.IsAbs(rel) {
+				t.Fatalf("checkpoint dir %q is not under %q", s.CheckpointDir, pc.CheckpointRoot)
+			}
+			segs := strings.Split(rel, string(filepath.Separator))
+			if segs[0] != "ml" || filepath.Join(pc.CheckpointRoot, rel) != s.CheckpointDir {
+				t.Fatalf("checkpoint dir %q: want <root>/ml/<job>[/<run>]", s.CheckpointDir)
+			}
+			keys := strings.Split(s.RunID, "/")
+			if s.RunGroup != "" && s.RunID != s.RunGroup+"/"+keys[len(keys)-1] {
+				t.Fatalf("run %q is not its group %q plus one segment", s.RunID, s.RunGroup)
+			}
+			wantLevels := 2
+			if c.run == "1764490000" {
+				wantLevels = 3
+			}
+			if len(segs) != wantLevels || len(keys) != wantLevels {
+				t.Fatalf("checkpoint dir %q and run %q: want %d levels each (a run stamp that is no plain name is ignored)",
+					s.CheckpointDir, s.RunID, wantLevels)
+			}
+			for i, seg := range keys {
+				if seg != segs[i] {
+					t.Errorf("key segment %q differs from directory %q", seg, segs[i])
+				}
+				if seg == "" || seg == "." || seg == ".." || len(seg) > 128 || strings.ContainsAny(seg, "/\\%?# \t\n\x00") {
+					t.Errorf("run %q has the unsafe segment %q", s.RunID, seg)
+				}
+			}
+			if c.wantJob != "" && keys[1] != c.wantJob {
+				t.Errorf("job segment %q, want %q", keys[1], c.wantJob)
+			}
+			// Member names carry the same segment; the rendezvous refuses
+			// tabs and newlines in them.
+			if want := keys[1] + ".train[2]"; s.Self.Name != want || s.Expected[0] != keys[1]+".train[0]" {
+				t.Errorf("member %q expecting %v, want %q", s.Self.Name, s.Expected, want)
+			}
+		})
+	}
+}
+
+func TestLongJobIDsDoNotCollide(t *testing.T) {
+	a, b := strings.Repeat("x", 300), strings.Repeat("x", 299)+"y"
+	dirs := map[string]bool{}
+	for _, id := range []string{a, b} {
+		cfg := taskCfg()
+		cfg.JobID = id
+		s, err := buildSpec(cfg, &TaskConfig{Command: "x"}, pluginCfg(t), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(filepath.Base(s.CheckpointDir)) > 128 {
+			t.Errorf("directory name of %d bytes", len(filepath.Base(s.CheckpointDir)))
+		}
+		dirs[s.CheckpointDir] = true
+	}
+	if len(dirs) != 2 {
+		t.Fatalf("two 300-byte job IDs share a checkpoint dir: %v", dirs)
+	}
+}
+
+func TestCheckpointDirRefusesToLeaveTheRoot(t *testing.T) {
+	ok := []struct {
+		parts []string
+		want  string
+	}{
+		{[]string{"ml", "bert"}, "/shared/ckpt/ml/bert"},
+		{[]string{"ml", "bert", "1764490000"}, "/shared/ckpt/ml/bert/1764490000"},
+		{[]string{"ml", "bert", ""}, "/shared/ckpt/ml/bert"},
+	}
+	for _, c := range ok {
+		got, err := checkpointDir("/shared/ckpt", c.parts...)
+		if err != nil || got != c.want {
+			t.Errorf("checkpointDir(%q) = %q, %v; want %q", c.parts, got, err, c.want)
+		}
+	}
+	// Parts that are not safename segments: the Rel check catches them.
+	for _, parts := range [][]string{
+		{"..", ".."},
+		{"ml", "../../../tmp/escaped"},
+		{"ml", ".."},
+		{"ml", "a/b"},
+		{"ml", "."},
+		{"", ""},
+	} {
+		if got, err := checkpointDir("/shared/ckpt", parts...); err == nil || !strings.Contains(err.Error(), "checkpoint_root") {
+			t.Errorf("checkpointDir(%q) = %q, %v; want an error naming checkpoint_root", parts, got, err)
+		}
+	}
+}
+
+func TestTaskNameMustBeItsOwnDirectory(t *testing.T) {
+	for _, name := range []string{"", ".", "..", "alloc", "a/b"} {
+		cfg := taskCfg()
+		cfg.Name = name
+		if _, err := buildSpec(cfg, &TaskConfig{Command: "x"}, pluginCfg(t), noEnv); err == nil || !strings.Contains(err.Error(), "task name") {
+			t.Errorf("task %q: error %v, want one naming the task name", name, err)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/hashicorp/nomad/plugins/drivers"
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
 )
 
 // taskHandleVersion is the version of TaskState; bump it when the shape
@@ -23,6 +25,12 @@ type TaskState struct {
 	StartedAt      time.Time
 	EventsFile     string
 	GroupsFile     string // the ranks' process groups, for killLeftovers
+	// RunAs is the ranks' user, for commands run in the task; nil for the
+	// supervisor's own (and for tasks of a driver that ran them as root).
+	RunAs *supervisor.Credential
+	// DevicesCgroup is the task's cgroups v1 devices cgroup, removed with
+	// the task.
+	DevicesCgroup string
 }
 
 // taskStore holds the handles of the tasks this driver runs.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,19 @@ import (
 // returns its stdout, stderr and exit code.
 func (c *cluster) gpujob(t *testing.T, timeout time.Duration, args ...string) (string, string, int) {
 	t.Helper()
+	return c.gpujobEnv(t, append(os.Environ(), "NOMAD_ADDR="+c.env["NOMAD_ADDR"], "CONSUL_HTTP_ADDR="+c.env["CONSUL_HTTP_ADDR"]),
+		timeout, args...)
+}
+
+// gpujobEnv is gpujob with the CLI's whole environment given.
+func (c *cluster) gpujobEnv(t *testing.T, env []string, timeout time.Duration, args ...string) (string, string, int) {
+	t.Helper()
 	bin := filepath.Join(c.repo, "bin", "gpujob")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s missing: run make build", bin)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+c.env["NOMAD_ADDR"], "CONSUL_HTTP_ADDR="+c.env["CONSUL_HTTP_ADDR"])
+	cmd.Env = env
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
@@ -49,7 +57,7 @@ func (c *cluster) gpujob(t *testing.T, timeout time.Duration, args ...string) (s
 }
 
 func (c *cluster) workloadVar() string {
-	return "workload=" + filepath.Join(c.repo, "jobspecs", "workloads", "bert_finetune.py")
+	return "workload=" + c.workload()
 }
 
 func TestCLISubmitStatusLogs(t *testing.T) {
@@ -148,6 +156,36 @@ func TestCLIUnplaceableSpecIsExplainedAndNotRegistered(t *testing.T) {
 	}
 	if _, _, err := c.nomad.Jobs().Info("e2e-cli-too-big", nil); err == nil {
 		t.Errorf("--no-queue registered the job")
+	}
+}
+
+// TestCLIGroupLargerThanTheEmptyClusterIsRefused: a group the cluster could
+// not hold even with nothing else running is refused at its workers line,
+// naming the largest size that could fit, and nothing is registered; validate,
+// which does not know the cluster, accepts the spec.
+func TestCLIGroupLargerThanTheEmptyClusterIsRefused(t *testing.T) {
+	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	spec := filepath.Join(c.repo, "e2e", "testdata", "too-many.hcl")
+	t.Cleanup(func() { c.purge("e2e-cli-too-many") })
+	if _, errOut, code := c.gpujob(t, time.Minute, "validate", spec); code != 0 {
+		t.Fatalf("validate exited %d: %s", code, errOut)
+	}
+	out, errOut, code := c.gpujob(t, time.Minute, "submit", "--detach", spec)
+	if code != 1 {
+		t.Fatalf("submit of 5000 workers on a 4-GPU cluster exited %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`too-many\.hcl:4:21: error: Spec cannot fit the cluster: train "e2e-cli-too-many": workers = 5000 cannot fit: ` +
+		`the cluster could hold at most (\d+) workers of this size \(1 GPU\(s\), 1000 MHz CPU, 2048 MiB memory\) even when empty \(1 ready node\(s\): \S+ \d+ \((GPUs|CPU|memory)\)\)`).
+		FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("the refusal does not say why at the workers line:\n%s", errOut)
+	}
+	if most, _ := strconv.Atoi(m[1]); most < 1 || most > fakeGPUsPerClient || !strings.Contains(errOut, "nothing was submitted") {
+		t.Errorf("at most %s workers on one node of %d GPUs, or no word that nothing was submitted:\n%s", m[1], fakeGPUsPerClient, errOut)
+	}
+	if _, _, err := c.nomad.Jobs().Info("e2e-cli-too-many", nil); err == nil {
+		t.Errorf("a refused group was registered")
 	}
 }
 

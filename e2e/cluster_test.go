@@ -32,10 +32,11 @@ type cluster struct {
 
 // clusterOptions say what dev-up starts.
 type clusterOptions struct {
-	clients       int // Nomad clients
-	gpus          int // fake GPUs per client
-	offset        int // GPUJOB_DEV_PORT_OFFSET
-	consulServers int // GPUJOB_DEV_CONSUL_SERVERS (0: dev-up's default, one)
+	clients       int  // Nomad clients
+	gpus          int  // fake GPUs per client
+	offset        int  // GPUJOB_DEV_PORT_OFFSET
+	consulServers int  // GPUJOB_DEV_CONSUL_SERVERS (0: dev-up's default, one)
+	acl, tls      bool // GPUJOB_DEV_ACL, GPUJOB_DEV_TLS
 }
 
 // dev is the cluster the whole package shares: one client of four GPUs and
@@ -74,7 +75,7 @@ func TestMain(m *testing.M) {
 	}
 	dev = startCluster()
 	code := m.Run()
-	for _, c := range []*cluster{dev, consulHA.c} {
+	for _, c := range []*cluster{dev, consulHA.c, secure.c} {
 		if c == nil {
 			continue
 		}
@@ -112,17 +113,36 @@ func startClusterOpts(opts clusterOptions) *cluster {
 		c.failed = err.Error()
 		return c
 	}
+	// MkdirTemp makes it 0700: the tasks, which run as nobody, must reach
+	// their task directories and checkpoints inside.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		c.failed = err.Error()
+		return c
+	}
 	c.dir = filepath.Join(dir, "dev")
 	cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-up.sh"))
+	// GPUJOB_E2E_PORT_SHIFT moves every test cluster's ports, so two e2e
+	// runs (two checkouts) can share a machine.
+	shift, err := envInt("GPUJOB_E2E_PORT_SHIFT", 0)
+	if err != nil {
+		c.failed = err.Error()
+		return c
+	}
 	cmd.Env = append(os.Environ(),
 		"GPUJOB_DEV_DIR="+c.dir,
-		fmt.Sprintf("GPUJOB_DEV_PORT_OFFSET=%d", offset),
+		fmt.Sprintf("GPUJOB_DEV_PORT_OFFSET=%d", offset+shift),
 		"GPUJOB_DEV_BACKEND=fake",
 		fmt.Sprintf("GPUJOB_FAKE_GPUS=%d", gpus),
 		fmt.Sprintf("GPUJOB_DEV_CLIENTS=%d", clients),
 	)
 	if opts.consulServers > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_CONSUL_SERVERS=%d", opts.consulServers))
+	}
+	if opts.acl {
+		cmd.Env = append(cmd.Env, "GPUJOB_DEV_ACL=1")
+	}
+	if opts.tls {
+		cmd.Env = append(cmd.Env, "GPUJOB_DEV_TLS=1")
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -138,10 +158,29 @@ func startClusterOpts(opts clusterOptions) *cluster {
 	}
 	cfg := api.DefaultConfig()
 	cfg.Address = c.env["NOMAD_ADDR"]
+	// The tests' own client: the cluster's CA and client certificate with
+	// TLS, the management token with ACLs (the CLI runs with the tokens a
+	// test chooses).
+	cfg.SecretID = c.secret("nomad-management")
+	cfg.TLSConfig = &api.TLSConfig{CACert: c.env["NOMAD_CACERT"], ClientCert: c.env["NOMAD_CLIENT_CERT"], ClientKey: c.env["NOMAD_CLIENT_KEY"]}
 	if c.nomad, err = api.NewClient(cfg); err != nil {
 		c.failed = err.Error()
 	}
 	return c
+}
+
+// secret returns the secret of token name (scripts/dev-up.sh with
+// GPUJOB_DEV_ACL=1: secrets/NAME.token), "" without ACLs.
+func (c *cluster) secret(name string) string {
+	dir := c.env["GPUJOB_DEV_SECRETS"]
+	if dir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name+".token"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func (c *cluster) stop() error {
@@ -190,10 +229,23 @@ func (c *cluster) script(name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// consulClient is a Consul API client for the cluster's HTTP agent.
+// consulClient is a Consul API client for the cluster's HTTP agent (over
+// TLS, with the management token, where the cluster has them).
 func (c *cluster) consulClient(t *testing.T) *consul.Client {
 	t.Helper()
-	cc, err := consul.NewClient(&consul.Config{Address: c.env["CONSUL_HTTP_ADDR"]})
+	return c.consulClientWith(t, c.secret("consul-management"))
+}
+
+// consulClientWith is consulClient with the given token.
+func (c *cluster) consulClientWith(t *testing.T, token string) *consul.Client {
+	t.Helper()
+	cc, err := consul.NewClient(&consul.Config{
+		Address: c.env["CONSUL_HTTP_ADDR"],
+		Token:   token,
+		TLSConfig: consul.TLSConfig{
+			CAFile: c.env["CONSUL_CACERT"], CertFile: c.env["CONSUL_CLIENT_CERT"], KeyFile: c.env["CONSUL_CLIENT_KEY"],
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,14 +105,18 @@ func (c *cluster) trainThroughFault(t *testing.T, row faultRow) (result, []*api.
 	if row.fault != nil {
 		f.allocs = c.waitAllocs(t, ctx(t, 2*time.Minute), row.job, "every member running",
 			func(as []*api.AllocationListStub) bool {
-				return len(as) == workers && allIn(api.AllocClientStatusRunning)(as)
+				return len(as) == workers && allIn(api.AllocClientStatusRunning)(as) || anyIn(api.AllocClientStatusFailed)(as)
 			})
+		if anyIn(api.AllocClientStatusFailed)(f.allocs) {
+			t.Fatalf("a member failed before the fault: %s\n%s", describeAllocs(f.allocs), c.failureReport(t, f.allocs))
+		}
 		if err := c.waitCheckpoint(row.job, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		f.checkpoint = c.newestCheckpoint(row.job)
 		f.ranks = ranks(allocIDs(f.allocs)...)
 		t.Logf("fault at checkpoint step %d; rank PIDs %v", f.checkpoint, f.ranks)
+		checkIdentities(t, allocIDs(f.allocs)...)
 		if err := row.fault(t, f); err != nil {
 			t.Fatalf("the fault: %v", err)
 		}
@@ -442,32 +446,40 @@ func TestFaultKillSupervisor(t *testing.T) {
 				DelayFunction: strp("constant"), Unlimited: boolp(false),
 			}
 		},
-		fault: func(t *testing.T, f *faultRun) error {
-			victim := f.member(1)
-			sup := supervisorPID(victim.ID)
-			if sup == 0 {
-				return fmt.Errorf("no supervisor runs for %s", victim.Name)
-			}
-			orphans := ranks(victim.ID)
-			if err := kill9(sup); err != nil {
-				return err
-			}
-			// The supervisor's ranks must die with it, not train on as
-			// orphans holding their GPUs.
-			var pids []int
-			for _, pid := range orphans {
-				pids = append(pids, pid)
-			}
-			if alive := waitGone(10*time.Second, pids...); len(alive) > 0 {
-				t.Errorf("ranks %v of the killed supervisor still run 10s later (orphaned)", alive)
-				for _, pid := range alive {
-					_ = kill9(pid)
-				}
-			}
-			return nil
-		},
+		fault:    killSupervisor,
 		restarts: 1,
 	})
+}
+
+// killSupervisor kills member 1's supervisor with SIGKILL; every process it
+// started (ranks, preloaded interpreters) must die with it.
+func killSupervisor(t *testing.T, f *faultRun) error {
+	victim := f.member(1)
+	sup := supervisorPID(victim.ID)
+	if sup == 0 {
+		return fmt.Errorf("no supervisor runs for %s", victim.Name)
+	}
+	var pids []int
+	for _, p := range processes(victim.ID) {
+		if p.pid != sup {
+			pids = append(pids, p.pid)
+		}
+	}
+	if len(ranks(victim.ID)) == 0 {
+		return fmt.Errorf("no rank of %s runs", victim.Name)
+	}
+	if err := kill9(sup); err != nil {
+		return err
+	}
+	// The supervisor's ranks must die with it, not train on as orphans
+	// holding their GPUs.
+	if alive := waitGone(10*time.Second, pids...); len(alive) > 0 {
+		t.Errorf("processes %v of the killed supervisor still run 10s later (orphaned)", alive)
+		for _, pid := range alive {
+			_ = kill9(pid)
+		}
+	}
+	return nil
 }
 
 func TestFaultNomadClientRestart(t *testing.T) {

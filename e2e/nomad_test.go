@@ -120,6 +120,52 @@ func allIn(statuses ...string) func([]*api.AllocationListStub) bool {
 	}
 }
 
+// anyIn reports whether some allocation has one of the statuses.
+func anyIn(statuses ...string) func([]*api.AllocationListStub) bool {
+	return func(allocs []*api.AllocationListStub) bool {
+		for _, a := range allocs {
+			for _, s := range statuses {
+				if a.ClientStatus == s {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+// failureReport is what a test prints when a member failed where it should
+// not have: every member's train task events and the tail of the failed
+// members' stderr (the supervisor's own log lines are there).
+func (c *cluster) failureReport(t *testing.T, allocs []*api.AllocationListStub) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(c.taskEvents(t, allocs))
+	for _, a := range allocs {
+		if a.ClientStatus != api.AllocClientStatusFailed {
+			continue
+		}
+		alloc, _, err := c.nomad.Allocations().Info(a.ID, nil)
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s: %v", a.Name, err)
+			continue
+		}
+		r, err := c.nomad.AllocFS().Cat(alloc, "alloc/logs/train.stderr.0", nil)
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s stderr: %v", a.Name, err)
+			continue
+		}
+		out, _ := io.ReadAll(r)
+		r.Close()
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		fmt.Fprintf(&b, "\n%s stderr (last %d lines):\n  %s", a.Name, len(lines), strings.Join(lines, "\n  "))
+	}
+	return b.String()
+}
+
 // stdout reads task t's stdout of an allocation through the Nomad API.
 func (c *cluster) stdout(t *testing.T, allocID string) string {
 	t.Helper()

@@ -28,7 +28,7 @@ func (c *cluster) trainJob(t *testing.T, id string, workers, gpus int, extra []s
 	}
 	args, _ := json.Marshal(append(append([]string{}, trainArgs...), extra...))
 	v := fmt.Sprintf("workers = %d\ngpus_per_worker = %d\nworkload = %q\nargs = %s\n%s\n",
-		workers, gpus, filepath.Join(c.repo, "jobspecs", "workloads", "bert_finetune.py"), args, strings.Join(vars, "\n"))
+		workers, gpus, c.workload(), args, strings.Join(vars, "\n"))
 	job, err := c.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: v, Canonicalize: true})
 	if err != nil {
 		t.Fatalf("parsing the training jobspec: %v", err)
@@ -36,6 +36,15 @@ func (c *cluster) trainJob(t *testing.T, id string, workers, gpus int, extra []s
 	job.ID, job.Name = &id, &id
 	t.Cleanup(func() { os.RemoveAll(c.checkpointDir(id)) })
 	return job
+}
+
+// workload is the training script as the cluster's tasks see it: dev-up's
+// copy, which the tasks' user (nobody) can read wherever the checkout is.
+func (c *cluster) workload() string {
+	if dir := c.env["GPUJOB_DEV_WORKLOADS"]; dir != "" {
+		return filepath.Join(dir, "bert_finetune.py")
+	}
+	return filepath.Join(c.repo, "jobspecs", "workloads", "bert_finetune.py")
 }
 
 func (c *cluster) checkpointDir(job string) string {

@@ -11,7 +11,10 @@ repo=$(cd "$here/.." && pwd)
 . "$here/lib.sh"
 
 dir=$(gpujob_dev_dir)
-if [ -f "$dir/env" ] && curl -fsS "$(. "$dir/env"; echo "$NOMAD_ADDR")/v1/status/leader" >/dev/null 2>&1; then
+# (a cluster with TLS asks for the CA and a client certificate: the curl
+# arguments come from its env file)
+if [ -f "$dir/env" ] && mapfile -t tls_curl < <(gpujob_dev_curl_args "$dir" nomad tls) &&
+	curl -fsS "${tls_curl[@]}" "$(gpujob_dev_env_value "$dir" NOMAD_ADDR)/v1/status/leader" >/dev/null 2>&1; then
 	log "reusing the dev cluster in $dir"
 else
 	"$here/dev-up.sh"
@@ -26,20 +29,25 @@ log "the cluster's GPUs (gpujob gpus):"
 spec=$repo/jobspecs/examples/bert-finetune.hcl
 log "submitting $spec with 2 workers (gpujob submit --logs)"
 status=0
-"$gpujob" submit --logs -var workers=2 -var "workload=$repo/jobspecs/workloads/bert_finetune.py" \
+# The cluster's copy of the workloads: the ranks run as nobody, who may not
+# be able to read the checkout.
+workloads=${GPUJOB_DEV_WORKLOADS:-$repo/jobspecs/workloads}
+"$gpujob" submit --logs -var workers=2 -var "workload=$workloads/bert_finetune.py" \
 	-var 'args=["--log-every", "80"]' "$spec" || status=$?
 
 log "the job's members (gpujob status bert-finetune):"
 "$gpujob" status bert-finetune || true
 
+consul_ui=$CONSUL_HTTP_ADDR
+[[ $consul_ui == *://* ]] || consul_ui=http://$consul_ui
 cat <<MSG
 
 Look further:
-  source $dir/env                      # NOMAD_ADDR, CONSUL_HTTP_ADDR, nomad and consul on PATH
+  source $dir/env                      # NOMAD_ADDR, CONSUL_HTTP_ADDR, nomad and consul on PATH (and TLS files, NOMAD_TOKEN)
   $gpujob status bert-finetune         # members, ranks, GPUs, latest loss (-json for scripts)
   $gpujob logs bert-finetune --rank 1  # one rank's output (-f to follow)
   $gpujob gpus                         # every GPU, its health, stats and holder
-  Nomad UI: $NOMAD_ADDR/ui/jobs/bert-finetune     Consul UI: http://$CONSUL_HTTP_ADDR/ui
+  Nomad UI: $NOMAD_ADDR/ui/jobs/bert-finetune     Consul UI: $consul_ui/ui
 Stop the cluster: make dev-down
 MSG
 exit "$status"

@@ -43,6 +43,8 @@ dir=$(gpujob_dev_up_dir)
 nomad_addr=$(gpujob_dev_env_value "$dir" NOMAD_ADDR)
 consul_addr=$(gpujob_dev_env_value "$dir" CONSUL_HTTP_ADDR)
 [ -n "$nomad_addr" ] || die "$dir/env names no NOMAD_ADDR"
+mapfile -t nomad_tls_curl < <(gpujob_dev_curl_args "$dir" nomad tls)
+mapfile -t nomad_curl < <(gpujob_dev_curl_args "$dir" nomad)
 [ -n "$consul_addr" ] || die "$dir/env names no CONSUL_HTTP_ADDR"
 
 # A client can only come back (and its tasks only be kept) with a server and
@@ -79,7 +81,7 @@ agent_pid() { gpujob_dev_agent_pid "$dir" "$(name_of "$1")" "$(config_of "$1")";
 # node_state N prints "MODIFYINDEX STATUS RAW_EXEC_HEALTHY" of client N's node
 # as the server sees it ("0 absent false" before it ever registered).
 node_state() {
-	curl -fsS --max-time 3 "$nomad_addr/v1/nodes" 2>/dev/null | "$py" -c '
+	curl -fsS --max-time 3 "${nomad_curl[@]}" "$nomad_addr/v1/nodes" 2>/dev/null | "$py" -c '
 import json, sys
 for n in json.load(sys.stdin):
     if n["Name"] == sys.argv[1]:

@@ -49,6 +49,13 @@ nomad_addr=$(gpujob_dev_env_value "$dir" NOMAD_ADDR)
 consul_addr=$(gpujob_dev_env_value "$dir" CONSUL_HTTP_ADDR)
 consul=$(gpujob_dev_env_value "$dir" GPUJOB_DEV_CONSUL_BIN)
 [ -n "$consul_addr" ] || die "$dir/env names no CONSUL_HTTP_ADDR"
+# With TLS the env file's address carries https://; the agents are given it
+# as it is, the checks below add the scheme to each host:port.
+consul_env_addr=$consul_addr
+consul_addr=${consul_addr#*://}
+scheme=$(gpujob_dev_scheme "$dir")
+mapfile -t tls_curl < <(gpujob_dev_curl_args "$dir" consul tls)
+mapfile -t consul_curl < <(gpujob_dev_curl_args "$dir" consul)
 [ -x "$consul" ] || die "$dir/env names no runnable GPUJOB_DEV_CONSUL_BIN ('$consul')"
 
 # The servers dev-up rendered: "N IP HTTP_PORT SERVER_PORT" per line.
@@ -71,7 +78,7 @@ py=$(gpujob_python) || die "python3 is needed to read Consul's JSON"
 leader_number() {
 	local addr leader n
 	for addr in "$consul_addr" "${server_http[@]}"; do
-		leader=$(curl -fsS --max-time 2 "http://$addr/v1/status/leader" 2>/dev/null | tr -d '"') || continue
+		leader=$(curl -fsS --max-time 2 "${tls_curl[@]}" "$scheme://$addr/v1/status/leader" 2>/dev/null | tr -d '"') || continue
 		[ -n "$leader" ] || continue
 		for n in "${!server_rpc[@]}"; do
 			if [ "${server_rpc[$n]}" = "$leader" ]; then
@@ -119,7 +126,7 @@ agent_pid() { gpujob_dev_agent_pid "$dir" "$name" "$config"; }
 # healthy: alive in Serf and its raft log caught up with the leader's.
 server_healthy() {
 	local body
-	body=$(curl -fsS --max-time 2 "http://$consul_addr/v1/operator/autopilot/health" 2>/dev/null) || return 1
+	body=$(curl -fsS --max-time 2 "${consul_curl[@]}" "$scheme://$consul_addr/v1/operator/autopilot/health" 2>/dev/null) || return 1
 	printf '%s' "$body" | "$py" -c '
 import json, sys
 h = json.load(sys.stdin)
@@ -132,9 +139,9 @@ sys.exit(0 if any(s["Name"] == sys.argv[1] and s["Healthy"] for s in h.get("Serv
 # be made on it), and a server is counted healthy by autopilot. Until then it
 # prints what it still waits for.
 started_ready() {
-	if ! gpujob_has_leader "http://$http"; then
+	if ! gpujob_has_leader "$scheme://$http" "${tls_curl[@]}"; then
 		echo "still waiting for a leader"
-	elif ! gpujob_consul_node_healthy "$consul_addr" gpujob-dev; then
+	elif ! gpujob_consul_node_healthy "$scheme://$consul_addr" gpujob-dev "${consul_curl[@]}"; then
 		echo "still waiting for node gpujob-dev healthy"
 	elif [ "$name" != consul-client ] && ((servers > 1)) && ! server_healthy "$server_name"; then
 		echo "still waiting for autopilot to count $server_name healthy"
@@ -161,7 +168,7 @@ start_agent() {
 	if pid=$(agent_pid); then
 		die "$name is already running (pid $pid); use: $0 restart ${target:-}"
 	fi
-	gpujob_dev_restart_agent "$dir" "$nomad_addr" "$consul_addr" "$name" "$wd" "$consul" agent -config-file "$config"
+	gpujob_dev_restart_agent "$dir" "$nomad_addr" "$consul_env_addr" "$name" "$wd" "$consul" agent -config-file "$config"
 	gpujob_dev_await "$dir" "$name" "$timeout" 0.1 "$0 stop ${target:-}" started_ready
 	echo "$name is running (pid $(<"$dir/pids/$name.pid")); Consul has a leader again after $(gpujob_elapsed "$t0")"
 }

@@ -34,6 +34,8 @@ nomad_addr=$(gpujob_dev_env_value "$dir" NOMAD_ADDR)
 consul_addr=$(gpujob_dev_env_value "$dir" CONSUL_HTTP_ADDR)
 nomad=$(gpujob_dev_env_value "$dir" GPUJOB_DEV_NOMAD_BIN)
 [ -n "$nomad_addr" ] || die "$dir/env names no NOMAD_ADDR"
+mapfile -t nomad_tls_curl < <(gpujob_dev_curl_args "$dir" nomad tls)
+mapfile -t nomad_curl < <(gpujob_dev_curl_args "$dir" nomad)
 [ -x "$nomad" ] || die "$dir/env names no runnable GPUJOB_DEV_NOMAD_BIN ('$nomad')"
 py=$(gpujob_python) || die "python3 is needed to read Nomad's JSON"
 
@@ -58,7 +60,7 @@ clients_ready() {
 	local names
 	mapfile -t names < <(running_clients)
 	[ ${#names[@]} -gt 0 ] || return 0
-	curl -fsS --max-time 3 "$nomad_addr/v1/nodes" 2>/dev/null | "$py" -c '
+	curl -fsS --max-time 3 "${nomad_curl[@]}" "$nomad_addr/v1/nodes" 2>/dev/null | "$py" -c '
 import json, sys
 ready = {n["Name"] for n in json.load(sys.stdin) if n["Status"] == "ready"}
 sys.exit(0 if set(sys.argv[1:]) <= ready else 1)
@@ -68,7 +70,7 @@ sys.exit(0 if set(sys.argv[1:]) <= ready else 1)
 # started_ready succeeds once the server leads and every running client is
 # ready again; until then it prints what it still waits for.
 started_ready() {
-	if ! gpujob_has_leader "$nomad_addr"; then
+	if ! gpujob_has_leader "$nomad_addr" "${nomad_tls_curl[@]}"; then
 		echo "still waiting for a leader"
 	elif ! clients_ready; then
 		echo "still waiting for the running clients to be ready"

@@ -20,10 +20,16 @@
 #   GPUJOB_DEV_CONSUL_SERVERS  Consul servers (1): 1 binds 127.0.0.1; more bind
 #                           127.0.1.N each and add a Consul client agent on 127.0.0.1
 #   GPUJOB_DEV_BACKEND      device plugin backend, nvml or fake (nvml when an NVIDIA driver is present)
+#   GPUJOB_DEV_ACL          1: Nomad and Consul ACLs, default deny, bootstrapped here; the
+#                           policies of jobspecs/acl/, one token each (0)
+#   GPUJOB_DEV_TLS          1: HTTPS and mutual TLS for every Nomad and Consul API and RPC,
+#                           with a CA made here for this cluster (0)
 #   GPUJOB_FAKE_GPUS        GPUs per client with the fake backend (4)
 #   GPUJOB_PLUGIN_DIR       where `make build` put the plugins (<checkout>/bin)
 #   GPUJOB_DEV_DRIVER_CONFIG  HCL body of the task driver's plugin config block
-#                           (default: checkpoint_root under the state dir, the dev Consul)
+#                           (default: checkpoint_root under the state dir, the dev Consul with,
+#                           in the ACL and TLS modes, the driver's token and certificates;
+#                           tasks run as the driver's default_user, nobody, and root is refused)
 #   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
 #   GPUJOB_DEV_TIMEOUT      seconds to wait for the cluster to be ready (90)
 #   GPUJOB_DEV_PORT_OFFSET  added to every default port below (0): one variable moves
@@ -53,9 +59,14 @@ log_level=${GPUJOB_DEV_LOG_LEVEL:-INFO}
 timeout=${GPUJOB_DEV_TIMEOUT:-90}
 off=${GPUJOB_DEV_PORT_OFFSET:-0}
 
+acl=${GPUJOB_DEV_ACL:-0}
+tls=${GPUJOB_DEV_TLS:-0}
+
 for v in clients consul_servers fake_gpus timeout off; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
 done
+[[ $acl =~ ^[01]$ ]] || die "GPUJOB_DEV_ACL must be 0 or 1, got '$acl'"
+[[ $tls =~ ^[01]$ ]] || die "GPUJOB_DEV_TLS must be 0 or 1, got '$tls'"
 # Client i binds 127.0.0.(i+1); .255 is the broadcast address.
 ((clients >= 1 && clients <= 253)) || die "GPUJOB_DEV_CLIENTS must be 1..253, got $clients"
 ((consul_servers >= 1 && consul_servers <= 9)) ||
@@ -79,8 +90,16 @@ dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
 # fraction of a second per call, and clients_ready polls.
 py=$(command -v /usr/bin/python3 || command -v python3) || die "python3 is needed to read the agents' JSON"
 
-nomad_addr=http://127.0.0.1:$nomad_http
+scheme=http
+((tls)) && scheme=https
+nomad_addr=$scheme://127.0.0.1:$nomad_http
+# consul_addr is host:port (what the agents' consul blocks take); consul_url
+# has the scheme. Without TLS the env file keeps the bare host:port, as
+# before; with TLS it says https://, which the consul CLI and API read.
 consul_addr=127.0.0.1:$consul_http
+consul_url=$scheme://$consul_addr
+consul_env_addr=$consul_addr
+((tls)) && consul_env_addr=$consul_url
 
 client_ip() { echo "127.0.0.$(($1 + 1))"; }
 consul_server_ip() { gpujob_consul_server_ip "$1" "$consul_servers"; }
@@ -217,16 +236,258 @@ cgroup_parent() {
 	fi
 }
 
+# fake_gpu_nodes I makes look-alike device nodes for client I's fake GPUs
+# (DIR/dev/nvidiaN, 195:N, as the NVIDIA driver's) and prints DIR, the fake
+# backend's dev_root: reservations then carry them and the gpujob driver
+# closes the other GPUs' nodes to a task's ranks through the device cgroup,
+# which opening them shows (EPERM; a task's own fails further on, ENXIO,
+# with no driver behind). Needs root; prints nothing without.
+fake_gpu_nodes() {
+	local root=$dir/client-$1/fakedev j
+	[ "$backend" = fake ] && [ "$(id -u)" = 0 ] || return 0
+	mkdir -p "$root/dev"
+	for ((j = 0; j < fake_gpus; j++)); do
+		mknod -m 0666 "$root/dev/nvidia$j" c 195 "$j" 2>/dev/null || return 0
+	done
+	echo "$root"
+}
+
 # ---- render configs --------------------------------------------------------------
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd -P) # mounts and /proc show real paths; dev-down matches on them
 touch "$dir/.gpujob-dev"   # marks the dir as ours: dev-down refuses to rm -rf anything else
 mkdir -p "$dir"/{config,logs,pids,plugins,server,tmp}
+# The gpujob driver runs the ranks as nobody (its default_user): they must
+# reach their task directories and checkpoints under the state dir, and read
+# the workloads, which a checkout in a private home directory would hide. So
+# the state dir is traversable by all (whatever the umask), and the
+# workloads are copied into it, readable by all (GPUJOB_DEV_WORKLOADS).
+chmod 0755 "$dir"
+rm -rf "$dir/workloads"
+cp -R "$repo/jobspecs/workloads" "$dir/workloads"
+chmod -R a+rX "$dir/workloads"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
+	! setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups test -r "$dir/workloads/bert_finetune.py"; then
+	die "user nobody cannot reach $dir (a directory above it is private); the gpujob tasks run as nobody: set GPUJOB_DEV_DIR to a path under /tmp"
+fi
 for ((i = 1; i <= consul_servers; i++)); do mkdir -p "$dir/consul/server-$i"; done
 ((consul_servers == 1)) || mkdir -p "$dir/consul/client"
 for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done
 : >"$dir/cgroup-parents"
+
+# ---- TLS: a CA and certificates for this cluster (GPUJOB_DEV_TLS=1) --------------
+
+# Two CAs, Consul's (consul tls ca create) and Nomad's (nomad tls ca
+# create), as in production: a certificate made for one is worth nothing to
+# the other. Names and addresses are what each side verifies:
+# server.dc1.consul / server.global.nomad / client.global.nomad (RPC, with
+# verify_server_hostname) and localhost, 127.0.0.1 and the agent's own
+# loopback address (HTTPS). The -cli certificates are what API callers (the
+# gpujob CLI, the driver, Nomad's Consul client, these scripts) present.
+tls_dir=$dir/tls
+consul_ca=$tls_dir/consul-ca.pem
+nomad_ca=$tls_dir/nomad-ca.pem
+consul_cli_cert=$tls_dir/consul-cli.pem
+consul_cli_key=$tls_dir/consul-cli-key.pem
+nomad_cli_cert=$tls_dir/nomad-cli.pem
+nomad_cli_key=$tls_dir/nomad-cli-key.pem
+make_certs() {
+	local i ips=()
+	rm -rf "$tls_dir"
+	mkdir -m 700 "$tls_dir"
+	(
+		cd "$tls_dir"
+		# 30 days: long enough for any dev session, short enough that a
+		# forgotten state dir holds nothing that stays valid for long.
+		"$consul" tls ca create -days 30 >/dev/null
+		mv consul-agent-ca.pem consul-ca.pem
+		mv consul-agent-ca-key.pem consul-ca-key.pem
+		local sign=(-days 30 -ca consul-ca.pem -key consul-ca-key.pem)
+		for ((i = 1; i <= consul_servers; i++)); do
+			"$consul" tls cert create -server -dc dc1 "${sign[@]}" \
+				-additional-ipaddress "$(consul_server_ip "$i")" >/dev/null 2>&1
+			mv dc1-server-consul-0.pem "consul-server-$i.pem"
+			mv dc1-server-consul-0-key.pem "consul-server-$i-key.pem"
+		done
+		"$consul" tls cert create -client -dc dc1 "${sign[@]}" >/dev/null
+		mv dc1-client-consul-0.pem consul-client.pem
+		mv dc1-client-consul-0-key.pem consul-client-key.pem
+		"$consul" tls cert create -cli -dc dc1 "${sign[@]}" >/dev/null
+		mv dc1-cli-consul-0.pem consul-cli.pem
+		mv dc1-cli-consul-0-key.pem consul-cli-key.pem
+
+		"$nomad" tls ca create -days 30 >/dev/null
+		mv nomad-agent-ca.pem nomad-ca.pem
+		mv nomad-agent-ca-key.pem nomad-ca-key.pem
+		sign=(-days 30 -ca nomad-ca.pem -key nomad-ca-key.pem)
+		"$nomad" tls cert create -server -region global "${sign[@]}" >/dev/null 2>&1
+		mv global-server-nomad.pem nomad-server.pem
+		mv global-server-nomad-key.pem nomad-server-key.pem
+		for ((i = 1; i <= clients; i++)); do ips+=(-additional-ipaddress "$(client_ip "$i")"); done
+		"$nomad" tls cert create -client "${sign[@]}" "${ips[@]}" >/dev/null
+		mv global-client-nomad.pem nomad-client.pem
+		mv global-client-nomad-key.pem nomad-client-key.pem
+		"$nomad" tls cert create -cli "${sign[@]}" >/dev/null
+		mv global-cli-nomad.pem nomad-cli.pem
+		mv global-cli-nomad-key.pem nomad-cli-key.pem
+		# Keys for the agents and the CLI user (root here) alone.
+		chmod 600 ./*-key.pem
+	) || die "creating the cluster's TLS certificates in $tls_dir failed"
+}
+
+# ---- ACL: tokens for this cluster (GPUJOB_DEV_ACL=1) ------------------------------
+
+# Every secret is made here, before any agent starts, so the agents' configs
+# can name theirs; Consul and Nomad then create the tokens with exactly
+# these secrets once they have a leader. secrets/ holds them (mode 700), one
+# file per token, and X-*-Token header files for curl -H @file: a secret
+# never appears on a command line, where every user of the machine could
+# read it in ps.
+secrets=$dir/secrets
+new_secret() { cat /proc/sys/kernel/random/uuid; }
+# secret NAME VALUE writes secrets/NAME.token and its header file.
+save_secret() {
+	local header=X-Consul-Token
+	[[ $1 != nomad-* ]] || header=X-Nomad-Token
+	(umask 077 && printf '%s\n' "$2" >"$secrets/$1.token" && printf '%s: %s\n' "$header" "$2" >"$secrets/$1.header")
+}
+token_of() { cat "$secrets/$1.token"; }
+if ((acl)); then
+	mkdir -m 700 "$secrets"
+	consul_mgmt=$(new_secret)
+	save_secret consul-management "$consul_mgmt"
+	# Each Consul agent's own token (node identity: write its node, read
+	# services); the Nomad agents' Consul token; the task driver's.
+	for ((i = 1; i <= consul_servers; i++)); do save_secret "consul-agent-server-$i" "$(new_secret)"; done
+	((consul_servers == 1)) || save_secret consul-agent-client "$(new_secret)"
+	save_secret consul-nomad "$(new_secret)"
+	save_secret consul-driver "$(new_secret)"
+	# Nomad's bootstrap token; the submit and read-only tokens are made by
+	# Nomad (scripts/dev-acl.py saves them).
+	save_secret nomad-management "$(new_secret)"
+	# The rendered configs hold agent tokens.
+	chmod 700 "$dir/config"
+fi
+if ((tls)); then make_certs; fi
+
+# What curl needs to talk to each API here: the CA and a client certificate
+# with TLS, the management token's header with ACLs. Nomad's and Consul's
+# /v1/status/leader answer without a token.
+nomad_tls_curl=() consul_tls_curl=()
+if ((tls)); then
+	nomad_tls_curl=(--cacert "$nomad_ca" --cert "$nomad_cli_cert" --key "$nomad_cli_key")
+	consul_tls_curl=(--cacert "$consul_ca" --cert "$consul_cli_cert" --key "$consul_cli_key")
+fi
+nomad_curl=("${nomad_tls_curl[@]}") consul_curl=("${consul_tls_curl[@]}")
+if ((acl)); then
+	nomad_curl+=(-H "@$secrets/nomad-management.header")
+	consul_curl+=(-H "@$secrets/consul-management.header")
+fi
+
+# consul_security_config server N | client renders an agent's TLS and ACL
+# settings.
+consul_security_config() {
+	local kind=$1 n=${2:-} cert=consul-client token=consul-agent-client management=""
+	if [ "$kind" = server ]; then cert=consul-server-$n token=consul-agent-server-$n; fi
+	if ((tls)); then
+		cat <<EOF
+# HTTPS only (ports.http is off) and mutual TLS: every agent and every API
+# caller shows a certificate signed by the cluster's CA, and an agent
+# accepts RPC only from a server.dc1.consul.
+tls {
+  defaults {
+    ca_file         = "$consul_ca"
+    cert_file       = "$tls_dir/$cert.pem"
+    key_file        = "$tls_dir/$cert-key.pem"
+    verify_incoming = true
+    verify_outgoing = true
+  }
+  internal_rpc {
+    verify_server_hostname = true
+  }
+}
+EOF
+	fi
+	if ((acl)); then
+		if [ "$kind" = server ]; then
+			management=$'\n'"    initial_management = \"$(token_of consul-management)\""
+		fi
+		cat <<EOF
+# Default deny: a request without a token may do nothing. The first leader
+# creates the management token; the agent token (a node identity: write
+# this node, read services) keeps the agent's own catalog entry current.
+acl {
+  enabled        = true
+  default_policy = "deny"
+  down_policy    = "extend-cache"
+  tokens {$management
+    agent = "$(token_of "$token")"
+  }
+}
+EOF
+	fi
+}
+
+# consul_http_ports: with TLS the HTTP API moves to HTTPS on the same port
+# number. consul_grpc_port: the plaintext gRPC port is off with TLS.
+consul_http_ports() {
+	if ((tls)); then
+		printf '  http     = -1\n  https    = %s\n' "$consul_http"
+	else
+		printf '  http     = %s\n' "$consul_http"
+	fi
+}
+consul_grpc_port() {
+	if ((tls)); then echo -1; else echo "$consul_grpc"; fi
+}
+
+# nomad_security_config server|client renders a Nomad agent's TLS and ACL
+# settings, and its consul block.
+nomad_security_config() {
+	local kind=$1
+	if ((tls)); then
+		cat <<EOF
+# HTTPS and RPC over mutual TLS: RPC only between server.global.nomad and
+# client.global.nomad certificates, and every HTTPS caller must show one
+# signed by the cluster's CA.
+tls {
+  http                   = true
+  rpc                    = true
+  ca_file                = "$nomad_ca"
+  cert_file              = "$tls_dir/nomad-$kind.pem"
+  key_file               = "$tls_dir/nomad-$kind-key.pem"
+  verify_server_hostname = true
+  verify_https_client    = true
+}
+EOF
+	fi
+	if ((acl)); then
+		if [ "$kind" = server ]; then
+			# A token may live as briefly as a second: the e2e tests
+			# watch one expire (Nomad's floor is otherwise 1m).
+			printf 'acl {\n  enabled                  = true\n  token_min_expiration_ttl = "1s"\n}\n'
+		else
+			printf 'acl {\n  enabled = true\n}\n'
+		fi
+	fi
+	echo "consul {"
+	echo "  address = \"$consul_addr\""
+	if ((tls)); then
+		cat <<EOF
+  ssl        = true
+  verify_ssl = true
+  ca_file    = "$consul_ca"
+  cert_file  = "$consul_cli_cert"
+  key_file   = "$consul_cli_key"
+EOF
+	fi
+	if ((acl)); then
+		echo "  # the policy of jobspecs/acl/consul-nomad-agent.hcl"
+		echo "  token = \"$(token_of consul-nomad)\""
+	fi
+	echo "}"
+}
 
 # The commented originals of these configs are in jobspecs/agent/.
 # consul_server_config N renders server N. One server alone is the agent
@@ -279,7 +540,7 @@ autopilot {
   min_quorum = $consul_servers
 }
 ports {
-  http     = $consul_http
+$(consul_http_ports)
   dns      = -1
   grpc     = -1
   grpc_tls = -1
@@ -291,9 +552,9 @@ EOF
 	else
 		cat <<EOF
 ports {
-  http     = $consul_http
+$(consul_http_ports)
   dns      = $consul_dns
-  grpc     = $consul_grpc
+  grpc     = $(consul_grpc_port)
   grpc_tls = $consul_grpc_tls
   server   = $consul_server
   serf_lan = $consul_serf_lan
@@ -301,6 +562,7 @@ ports {
 }
 EOF
 	fi
+	consul_security_config server "$n"
 }
 
 # consul_client_config renders the client agent of a multi-server cluster:
@@ -339,14 +601,15 @@ ui_config {
   enabled = true
 }
 ports {
-  http     = $consul_http
+$(consul_http_ports)
   dns      = $consul_dns
-  grpc     = $consul_grpc
+  grpc     = $(consul_grpc_port)
   grpc_tls = $consul_grpc_tls
   serf_lan = $consul_serf_lan
   serf_wan = -1
 }
 EOF
+	consul_security_config client
 }
 
 # consul-servers: one line per server, "N IP HTTP_PORT SERVER_PORT", for
@@ -383,16 +646,33 @@ server {
 client {
   enabled = false
 }
-consul {
-  address = "$consul_addr"
-}
+$(nomad_security_config server)
 EOF
+
+# The task driver's Consul token (the policy of
+# jobspecs/acl/consul-gpujob-driver.hcl) and TLS files. The driver hands
+# them to each task's supervisor in a file of the task's private directory,
+# never in the ranks' environment.
+driver_consul_extra=""
+if ((acl)); then
+	driver_consul_extra+=$'\n'"      token     = \"$(token_of consul-driver)\""
+fi
+if ((tls)); then
+	driver_consul_extra+=$'\n'"      ca_file   = \"$consul_ca\""
+	driver_consul_extra+=$'\n'"      cert_file = \"$consul_cli_cert\""
+	driver_consul_extra+=$'\n'"      key_file  = \"$consul_cli_key\""
+fi
 
 for ((i = 1; i <= clients; i++)); do
 	ip=$(client_ip "$i")
 	cg=$(cgroup_parent "$i")
 	echo "$cg" >>"$dir/cgroup-parents"
-	mkdir -p "$dir/client-$i"
+	# Made here, traversable: the client would create data_dir 0700 (as
+	# the parent of its 0700 state dir), shutting the tasks' users out of
+	# their task directories. Nomad makes data_dir/alloc 0711 itself.
+	mkdir -p "$dir/client-$i/data"
+	chmod 0755 "$dir/client-$i"
+	chmod 0711 "$dir/client-$i/data"
 	{
 		cat <<EOF
 # Rendered by scripts/dev-up.sh from jobspecs/agent/nomad-client.hcl.
@@ -424,9 +704,7 @@ client {
     "driver.denylist" = "docker,qemu,java"
   }
 }
-consul {
-  address = "$consul_addr"
-}
+$(nomad_security_config client)
 plugin "raw_exec" {
   config {
     enabled = true
@@ -439,6 +717,8 @@ EOF
 			else
 				ignored="[]"
 			fi
+			dev_root=$(fake_gpu_nodes "$i")
+			[ -z "$dev_root" ] || dev_root="      dev_root   = \"$dev_root\""
 			cat <<EOF
 plugin "nomad-device-gpujob" {
   config {
@@ -454,6 +734,7 @@ plugin "nomad-device-gpujob" {
       model      = "Tesla T4"
       memory_mib = 15360
       id_seed    = "client-$i"
+$dev_root
     }
   }
 }
@@ -464,7 +745,7 @@ EOF
 			# storage a real cluster mounts on every client.
 			driver_config=${GPUJOB_DEV_DRIVER_CONFIG:-"    checkpoint_root = \"$dir/checkpoints\"
     consul {
-      address = \"$consul_addr\"
+      address = \"$consul_addr\"$driver_consul_extra
     }"}
 			cat <<EOF
 plugin "nomad-driver-gpujob" {
@@ -496,7 +777,7 @@ trap 'exit 130' INT TERM # so the EXIT trap also runs on Ctrl-C
 # so the EXIT trap stops it even if it never writes its PID file.
 start() {
 	started+=("$1")
-	gpujob_dev_start "$dir" "$nomad_addr" "$consul_addr" "$@"
+	gpujob_dev_start "$dir" "$nomad_addr" "$consul_env_addr" "$@"
 }
 
 t0=$SECONDS
@@ -533,7 +814,7 @@ wait_for() {
 lagging="nomad-client-1"
 clients_ready() {
 	local body names=() i
-	body=$(curl -fsS --max-time 3 "$nomad_addr/v1/nodes" 2>/dev/null) || return 1
+	body=$(curl -fsS --max-time 3 "${nomad_curl[@]}" "$nomad_addr/v1/nodes" 2>/dev/null) || return 1
 	for ((i = 1; i <= clients; i++)); do names+=("$(client_name "$i")"); done
 	lagging=$(printf '%s' "$body" | "$py" -c '
 import json, sys
@@ -563,8 +844,18 @@ if ((consul_servers > 1)); then
 	start consul-client "$dir/consul/client" "$consul" agent -config-file "$dir/config/consul-client.hcl"
 	consul_http_agent="consul-client"
 fi
-wait_for "a Consul leader" "$consul_http_agent" gpujob_has_leader "http://$consul_addr"
-wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_addr" gpujob-dev
+wait_for "a Consul leader" "$consul_http_agent" gpujob_has_leader "$consul_url" "${consul_tls_curl[@]}"
+if ((acl)); then
+	log "bootstrapping Consul's ACLs"
+	consul_nodes=()
+	for ((i = 1; i <= consul_servers; i++)); do
+		if ((consul_servers == 1)); then consul_nodes+=(gpujob-dev); else consul_nodes+=("gpujob-dev-consul-$i"); fi
+	done
+	((consul_servers == 1)) || consul_nodes+=(gpujob-dev)
+	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" consul "$dir" "$consul_url" "$repo" "${consul_nodes[@]}" ||
+		fail "$consul_http_agent" "bootstrapping Consul's ACLs failed"
+fi
+wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_url" gpujob-dev "${consul_curl[@]}"
 
 start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
 # The clients retry the server until it answers, so they start right away.
@@ -573,25 +864,62 @@ for ((i = 1; i <= clients; i++)); do
 done
 drivers=raw_exec
 have_plugin nomad-driver-gpujob && drivers+=" gpujob"
-wait_for "a Nomad leader" nomad-server gpujob_has_leader "$nomad_addr"
+wait_for "a Nomad leader" nomad-server gpujob_has_leader "$nomad_addr" "${nomad_tls_curl[@]}"
+if ((acl)); then
+	log "bootstrapping Nomad's ACLs"
+	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" nomad "$dir" "$nomad_addr" "$repo" ||
+		fail nomad-server "bootstrapping Nomad's ACLs failed"
+fi
 wait_for "$clients ready Nomad client(s)" @lagging clients_ready
 startup=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
 
-cat >"$dir/env" <<EOF
+# With ACLs the env file holds a token: readable by its owner alone.
+env_umask=022
+((acl == 0)) || env_umask=077
+(
+	umask "$env_umask"
+	exec >"$dir/env.tmp"
+	cat <<EOF
 # Source this file to use the gpujob dev cluster started by scripts/dev-up.sh.
 export GPUJOB_DEV_DIR='$dir'
+export GPUJOB_DEV_WORKLOADS='$dir/workloads'
 export NOMAD_ADDR='$nomad_addr'
-export CONSUL_HTTP_ADDR='$consul_addr'
+export CONSUL_HTTP_ADDR='$consul_env_addr'
 export PATH='$(dirname "$nomad")':'$(dirname "$consul")':"\$PATH"
 export GPUJOB_DEV_CONSUL_SERVERS='$consul_servers'
 export GPUJOB_DEV_NOMAD_BIN='$nomad'
 export GPUJOB_DEV_CONSUL_BIN='$consul'
+export GPUJOB_DEV_ACL='$acl'
+export GPUJOB_DEV_TLS='$tls'
 EOF
+	if ((tls)); then
+		cat <<EOF
+# TLS: the cluster's CAs, and the client certificates the APIs ask for.
+export NOMAD_CACERT='$nomad_ca'
+export NOMAD_CLIENT_CERT='$nomad_cli_cert'
+export NOMAD_CLIENT_KEY='$nomad_cli_key'
+export CONSUL_CACERT='$consul_ca'
+export CONSUL_CLIENT_CERT='$consul_cli_cert'
+export CONSUL_CLIENT_KEY='$consul_cli_key'
+EOF
+	fi
+	if ((acl)); then
+		cat <<EOF
+# ACLs: a gpujob user's token (jobspecs/acl/nomad-submit.hcl). The others
+# are in $secrets (NAME.token): nomad-readonly, nomad-management,
+# consul-management, ... The consul CLI has none by default; for example
+#   CONSUL_HTTP_TOKEN_FILE=$secrets/consul-management.token consul members
+export NOMAD_TOKEN='$(token_of nomad-submit)'
+export GPUJOB_DEV_SECRETS='$secrets'
+EOF
+	fi
+)
+mv "$dir/env.tmp" "$dir/env"
 
 # One line per client: address, drivers, GPUs.
-nodes=$(curl -fsS --max-time 5 "$nomad_addr/v1/nodes?resources=true" | "$py" -c '
+nodes=$(curl -fsS --max-time 5 "${nomad_curl[@]}" "$nomad_addr/v1/nodes?resources=true" | "$py" -c '
 import json, sys
 for n in sorted(json.load(sys.stdin), key=lambda n: n["Name"]):
     drivers = sorted(d for d, i in (n.get("Drivers") or {}).items() if i.get("Healthy"))
@@ -617,10 +945,27 @@ have_plugin nomad-driver-gpujob || devices+="; no task driver plugin ($plugin_sr
 
 down=$here/dev-down.sh
 [ "$dir" = /tmp/gpujob-dev ] || down="GPUJOB_DEV_DIR=$dir $down"
+security="no ACLs, no TLS"
+if ((acl && tls)); then
+	security="ACLs (default deny) and mutual TLS"
+elif ((acl)); then
+	security="ACLs (default deny), no TLS"
+elif ((tls)); then
+	security="mutual TLS, no ACLs"
+fi
 cat <<EOF
 gpujob dev cluster is up in ${startup}s: $clients client(s), $consul_servers Consul server(s); $devices
   Nomad   $nomad_addr  (UI: $nomad_addr/ui)
-  Consul  http://$consul_addr  (UI: http://$consul_addr/ui)
+  Consul  $consul_url  (UI: $consul_url/ui)
+  security: $security
+EOF
+if ((tls)); then
+	echo "  TLS:    CAs and client certificates in $tls_dir (the UIs ask for a client certificate too)"
+fi
+if ((acl)); then
+	echo "  tokens: $secrets (NOMAD_TOKEN in the env file: the gpujob-submit policy)"
+fi
+cat <<EOF
   nodes:
 $nodes
   state:  $dir  (logs in $dir/logs)

@@ -103,19 +103,25 @@ gpujob_consul_server_ip() {
 	fi
 }
 
-# gpujob_has_leader URL succeeds once URL's /v1/status/leader (Consul's or
-# Nomad's) names a leader.
+# gpujob_has_leader URL [CURL_ARG...] succeeds once URL's /v1/status/leader
+# (Consul's or Nomad's) names a leader. CURL_ARGs are what TLS needs (--cacert,
+# --cert, --key); the endpoint needs no ACL token.
 gpujob_has_leader() {
-	local body
-	body=$(curl -fsS --max-time 2 "$1/v1/status/leader" 2>/dev/null) || return 1
+	local url=$1 body
+	shift
+	body=$(curl -fsS --max-time 2 "$@" "$url/v1/status/leader" 2>/dev/null) || return 1
 	[ -n "$body" ] && [ "$body" != '""' ]
 }
 
-# gpujob_consul_node_healthy ADDR NODE succeeds once the catalog, asked at
-# ADDR (host:port), has NODE with a passing serfHealth check: only then can a
-# session be created on that node.
+# gpujob_consul_node_healthy ADDR NODE [CURL_ARG...] succeeds once the
+# catalog, asked at ADDR (host:port, or a URL), has NODE with a passing
+# serfHealth check: only then can a session be created on that node.
+# CURL_ARGs add TLS and, with ACLs, a token header (node read).
 gpujob_consul_node_healthy() {
-	curl -fsS --max-time 2 "http://$1/v1/health/node/$2" 2>/dev/null |
+	local addr=$1 node=$2
+	shift 2
+	[[ $addr == *://* ]] || addr=http://$addr
+	curl -fsS --max-time 2 "$@" "$addr/v1/health/node/$node" 2>/dev/null |
 		grep -E '"CheckID": ?"serfHealth"[^}]*"Status": ?"passing"' >/dev/null
 }
 
@@ -151,6 +157,28 @@ gpujob_dev_up_dir() {
 # it runs here.
 gpujob_dev_env_value() {
 	sed -n "s/^export $2='\\(.*\\)'\$/\\1/p" "$1/env" | head -n 1
+}
+
+# gpujob_dev_curl_args DIR nomad|consul [tls] prints, one per line, the curl
+# arguments for an API of the dev cluster in DIR: with TLS
+# (GPUJOB_DEV_TLS=1) the API's CA and -cli certificate; with ACLs
+# (GPUJOB_DEV_ACL=1), unless "tls" alone is asked for, the management
+# token's header file (-H @FILE: the secret stays off the command line).
+# Read it with: mapfile -t args < <(gpujob_dev_curl_args "$dir" nomad)
+gpujob_dev_curl_args() {
+	local dir=$1 api=$2 only=${3:-}
+	if [ "$(gpujob_dev_env_value "$dir" GPUJOB_DEV_TLS)" = 1 ]; then
+		printf '%s\n' --cacert "$dir/tls/$api-ca.pem" --cert "$dir/tls/$api-cli.pem" --key "$dir/tls/$api-cli-key.pem"
+	fi
+	if [ "$only" != tls ] && [ "$(gpujob_dev_env_value "$dir" GPUJOB_DEV_ACL)" = 1 ]; then
+		printf '%s\n' -H "@$dir/secrets/$api-management.header"
+	fi
+}
+
+# gpujob_dev_scheme DIR prints https for a dev cluster started with
+# GPUJOB_DEV_TLS=1, else http.
+gpujob_dev_scheme() {
+	if [ "$(gpujob_dev_env_value "$1" GPUJOB_DEV_TLS)" = 1 ]; then echo https; else echo http; fi
 }
 
 # gpujob_python prints the python3 to read the agents' JSON with: Debian's

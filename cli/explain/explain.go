@@ -10,13 +10,24 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Node is one client's GPUs as the explanation needs them.
+// Node is one ready client as the explanation needs it.
 type Node struct {
 	Name  string
 	Pool  string
 	GPUs  int            // healthy nvidia/gpu devices
 	Free  int            // healthy and held by no running allocation
 	Holds map[string]int // job ID → GPUs it holds on this node
+
+	// What EmptyCapacity needs: where the node is, whether it takes
+	// gpujob work at all, and what it could give an allocation when empty.
+	Datacenter string
+	Ineligible bool
+	// DriverProblem is why the node cannot run the gpujob driver ("gpujob
+	// driver unhealthy: …"); "" when it can, or when the node does not say.
+	DriverProblem string
+	CPU           int64    // MHz, less the node's reserved; 0 when not reported
+	MemoryMiB     int64    // less the node's reserved; 0 when not reported
+	Devices       []Device // healthy nvidia/gpu device groups
 }
 
 // Ask is what the job needs.
@@ -24,6 +35,12 @@ type Ask struct {
 	Workers       int
 	GPUsPerWorker int
 	NodePool      string
+	// For EmptyCapacity: one worker's size and where it may run.
+	Datacenters     []string
+	CPU             int // MHz
+	MemoryMiB       int
+	Model           string // GPU model required; "" for any
+	MinGPUMemoryMiB int
 }
 
 // Placement says why the plan could not place every worker; "" when it

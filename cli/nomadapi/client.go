@@ -1,11 +1,14 @@
 package nomadapi
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -27,6 +30,9 @@ type Options struct {
 // client is API over the real Nomad client.
 type client struct {
 	c *api.Client
+	// namespace and tokenSet describe the requests, for PermissionError.
+	namespace string
+	tokenSet  bool
 }
 
 // New connects to Nomad (no request is made until a command needs one).
@@ -57,103 +63,165 @@ func New(o Options) (API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 	}
-	return &client{c: c}, nil
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &client{c: c, namespace: ns, tokenSet: cfg.SecretID != ""}, nil
 }
 
 func (c *client) Address() string { return c.c.Address() }
 
-// explain turns transport and ACL failures into what to check.
-func (c *client) explain(what string, err error) error {
+// explain turns transport and ACL failures into what to check; need is the
+// ACL rule the request needs, named when Nomad refuses it.
+func (c *client) explain(what string, need Need, err error) error {
 	if err == nil {
 		return nil
 	}
+	if pe := c.permissionError(what, need, err); pe != nil {
+		return pe
+	}
+	if tlsProblem(err) {
+		return fmt.Errorf("%s: TLS with Nomad at %s failed (check NOMAD_ADDR's scheme, NOMAD_CACERT for the CA that "+
+			"signed the agent's certificate, and NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY where the agent asks for a client certificate): %w",
+			what, c.Address(), err)
+	}
 	var ne net.Error
 	var ue *url.Error
-	msg := err.Error()
-	switch {
-	case errors.As(err, &ue) || errors.As(err, &ne) || strings.Contains(msg, "connection refused"):
+	if errors.As(err, &ue) || errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused") {
 		return fmt.Errorf("%s: cannot reach Nomad at %s (is the agent running? set NOMAD_ADDR or --address): %w", what, c.Address(), err)
-	case strings.Contains(msg, "403") || strings.Contains(strings.ToLower(msg), "permission denied"):
-		return fmt.Errorf("%s: Nomad at %s refused the request: check NOMAD_TOKEN (or --token) and its ACL policy: %w", what, c.Address(), err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// permissionError is the package's permissionError, with a refused token
+// diagnosed (PermissionError.diagnose): one more request, on failure only.
+func (c *client) permissionError(what string, need Need, err error) *PermissionError {
+	pe := permissionError(what, need, c.Address(), c.tokenSet, err)
+	if pe != nil && pe.TokenSet && pe.Problem == TokenDenied {
+		pe.diagnose(func() (*api.ACLToken, error) {
+			tok, _, err := c.c.ACLTokens().Self(nil)
+			return tok, err
+		}, time.Now())
+	}
+	return pe
+}
+
+// tlsProblem reports whether err is a failed TLS handshake: a certificate
+// the client does not trust, a client certificate the agent refused or did
+// not get, or one side speaking TLS to the other's plain HTTP.
+func tlsProblem(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var header tls.RecordHeaderError
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) || errors.As(err, &header) {
+		return true
+	}
+	// The agent's alerts (a missing or refused client certificate), and
+	// HTTP spoken to HTTPS or the other way round, have no exported type.
+	msg := err.Error()
+	return strings.Contains(msg, "remote error: tls: ") || strings.Contains(msg, "server gave HTTP response to HTTPS client") ||
+		strings.Contains(msg, "Client sent an HTTP request to an HTTPS server")
+}
+
+// ns is a namespace capability in the client's namespace; nodeRead is the
+// node policy the node endpoints need.
+func (c *client) ns(capability string) Need {
+	return Need{Namespace: c.namespace, Capability: capability}
+}
+
+var nodeRead = Need{Node: "read"}
+
 func (c *client) ParseHCL(jobHCL, vars string) (*api.Job, error) {
 	job, err := c.c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: jobHCL, Variables: vars, Canonicalize: true})
-	return job, c.explain("parsing the jobspec", err)
+	return job, c.explain("parsing the jobspec", c.ns(CapSubmitJob), err)
 }
 
 func (c *client) Validate(job *api.Job) (*api.JobValidateResponse, error) {
 	r, _, err := c.c.Jobs().Validate(job, nil)
-	return r, c.explain("validating the job", err)
+	return r, c.explain("validating the job", c.ns(CapReadJob), err)
 }
 
 func (c *client) Plan(job *api.Job) (*api.JobPlanResponse, error) {
 	r, _, err := c.c.Jobs().Plan(job, true, nil)
-	return r, c.explain("planning the job", err)
+	return r, c.explain("planning the job", c.ns(CapSubmitJob), err)
 }
 
 func (c *client) Register(job *api.Job) (*api.JobRegisterResponse, error) {
 	r, _, err := c.c.Jobs().Register(job, nil)
-	return r, c.explain("registering the job", err)
+	return r, c.explain("registering the job", c.ns(CapSubmitJob), err)
 }
 
 func (c *client) Deregister(jobID string, purge bool) (string, error) {
 	id, _, err := c.c.Jobs().Deregister(jobID, purge, nil)
-	return id, c.explain("stopping job "+jobID, err)
+	return id, c.explain("stopping job "+jobID, c.ns(CapSubmitJob), err)
 }
 
 func (c *client) Job(jobID string) (*api.Job, error) {
 	j, _, err := c.c.Jobs().Info(jobID, nil)
-	return j, c.explain("reading job "+jobID, err)
+	return j, c.explain("reading job "+jobID, c.ns(CapReadJob), err)
 }
 
 func (c *client) Jobs(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error) {
 	j, m, err := c.c.Jobs().List(q)
-	return j, m, c.explain("listing jobs", err)
+	return j, m, c.explain("listing jobs", c.ns(CapListJobs), err)
 }
 
 func (c *client) JobSummary(jobID string) (*api.JobSummary, error) {
 	s, _, err := c.c.Jobs().Summary(jobID, nil)
-	return s, c.explain("reading the summary of job "+jobID, err)
+	return s, c.explain("reading the summary of job "+jobID, c.ns(CapReadJob), err)
 }
 
 func (c *client) JobAllocations(jobID string, q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
 	a, m, err := c.c.Jobs().Allocations(jobID, true, q)
-	return a, m, c.explain("listing the allocations of job "+jobID, err)
+	return a, m, c.explain("listing the allocations of job "+jobID, c.ns(CapReadJob), err)
 }
 
 func (c *client) Evaluation(evalID string, q *api.QueryOptions) (*api.Evaluation, *api.QueryMeta, error) {
 	e, m, err := c.c.Evaluations().Info(evalID, q)
-	return e, m, c.explain("reading evaluation "+evalID, err)
+	return e, m, c.explain("reading evaluation "+evalID, c.ns(CapReadJob), err)
 }
 
 func (c *client) Allocation(allocID string) (*api.Allocation, error) {
 	a, _, err := c.c.Allocations().Info(allocID, nil)
-	return a, c.explain("reading allocation "+allocID, err)
+	return a, c.explain("reading allocation "+allocID, c.ns(CapReadJob), err)
 }
 
 func (c *client) Logs(alloc *api.Allocation, task, stream string, follow bool, cancel <-chan struct{}) (<-chan *api.StreamFrame, <-chan error) {
-	return c.c.AllocFS().Logs(alloc, follow, task, stream, api.OriginStart, 0, cancel, nil)
+	frames, errs := c.c.AllocFS().Logs(alloc, follow, task, stream, api.OriginStart, 0, cancel, nil)
+	if frames != nil {
+		return frames, errs
+	}
+	// The request itself failed (a refusal among other things): its one
+	// error is already in errs. It gets the explanation every other
+	// request's error gets.
+	err := <-errs
+	if pe := c.permissionError("reading the "+stream+" of "+alloc.Name, c.ns(CapReadLogs), err); pe != nil {
+		err = pe
+	}
+	out := make(chan error, 1)
+	out <- err
+	return nil, out
 }
 
 func (c *client) Nodes(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, error) {
 	n, m, err := c.c.Nodes().List(q)
-	return n, m, c.explain("listing nodes", err)
+	return n, m, c.explain("listing nodes", nodeRead, err)
 }
 
 func (c *client) Node(nodeID string) (*api.Node, error) {
 	n, _, err := c.c.Nodes().Info(nodeID, nil)
-	return n, c.explain("reading node "+nodeID, err)
+	return n, c.explain("reading node "+nodeID, nodeRead, err)
 }
 
 func (c *client) NodeAllocations(nodeID string) ([]*api.Allocation, error) {
 	a, _, err := c.c.Nodes().Allocations(nodeID, nil)
-	return a, c.explain("listing the allocations of node "+nodeID, err)
+	return a, c.explain("listing the allocations of node "+nodeID, nodeRead, err)
 }
 
 func (c *client) NodeStats(nodeID string) (*api.HostStats, error) {
 	s, err := c.c.Nodes().Stats(nodeID, nil)
-	return s, c.explain("reading the stats of node "+nodeID, err)
+	return s, c.explain("reading the stats of node "+nodeID, nodeRead, err)
 }

@@ -1,8 +1,13 @@
 package nomadapi
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,7 +23,7 @@ func TestErrorsSayWhereAndWhatToCheck(t *testing.T) {
 		want       []string
 	}{
 		{"unreachable", "http://127.0.0.1:1", []string{"cannot reach Nomad at http://127.0.0.1:1", "NOMAD_ADDR"}},
-		{"unauthorised", forbidden.URL, []string{"refused the request", "NOMAD_TOKEN", forbidden.URL}},
+		{"unauthorised", forbidden.URL, []string{"permission denied", "list-jobs", "NOMAD_TOKEN", forbidden.URL}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -51,5 +56,52 @@ func TestOptionsOverrideTheEnvironment(t *testing.T) {
 	api, _ = New(Options{Address: "http://127.0.0.1:5646"})
 	if api.Address() != "http://127.0.0.1:5646" {
 		t.Errorf("--address did not win: %s", api.Address())
+	}
+}
+
+func TestTLSFailuresSayWhatToCheck(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("[]")) })
+	untrusted := httptest.NewTLSServer(ok)
+	defer untrusted.Close()
+
+	// A server that trusts nobody's client certificate: the handshake fails
+	// on the agent's side (verify_https_client without a client certificate).
+	wantsCert := httptest.NewUnstartedServer(ok)
+	wantsCert.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool()}
+	wantsCert.StartTLS()
+	defer wantsCert.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: wantsCert.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	plain := httptest.NewServer(ok)
+	defer plain.Close()
+
+	cases := []struct {
+		name string
+		opts Options
+	}{
+		{"untrusted server certificate", Options{Address: untrusted.URL}},
+		{"no client certificate", Options{Address: wantsCert.URL, CACert: ca}},
+		{"https to plain http", Options{Address: strings.Replace(plain.URL, "http://", "https://", 1)}},
+		{"http to https", Options{Address: strings.Replace(untrusted.URL, "https://", "http://", 1)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := New(c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = a.Jobs(nil)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range []string{"TLS with Nomad at " + c.opts.Address + " failed", "NOMAD_CACERT", "NOMAD_CLIENT_CERT"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q lacks %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -594,14 +594,14 @@ func (f *Fake) Nodes(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, 
 	withResources := q != nil && q.Params["resources"] == "true"
 	var out []*api.NodeListStub
 	for _, n := range f.nodes {
+		c := clone(n)
 		s := &api.NodeListStub{
 			ID: n.ID, Name: n.Name, Datacenter: n.Datacenter, NodeClass: n.NodeClass, NodePool: n.NodePool,
-			Drain: n.Drain, SchedulingEligibility: n.SchedulingEligibility, Status: n.Status,
+			Drain: n.Drain, SchedulingEligibility: n.SchedulingEligibility, Status: n.Status, Drivers: c.Drivers,
 			StatusDescription: n.StatusDescription, Address: n.HTTPAddr,
 			CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
 		}
 		if withResources {
-			c := clone(n)
 			s.NodeResources, s.ReservedResources = c.NodeResources, c.ReservedResources
 		}
 		out = append(out, s)

@@ -16,6 +16,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/safename"
 )
 
 // Names shared with the rest of the CLI.
@@ -50,6 +51,11 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	}
 	if t.Name == "" || t.Command == "" || t.Workers < 1 || t.GPUsPerWorker < 0 {
 		return nil, fmt.Errorf("render: spec %q is incomplete (name, command, workers >= 1 and gpus_per_worker >= 0 are required)", t.Name)
+	}
+	// spec refuses such names with their position; a Train built in code
+	// gets the same rule here.
+	if err := safename.Validate(t.Name); err != nil {
+		return nil, fmt.Errorf("render: job name %q %v: it must be %s", t.Name, err, safename.Allowed)
 	}
 	f := hclwrite.NewEmptyFile()
 	root := f.Body()
@@ -110,6 +116,9 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	}
 	if t.Workdir != "" {
 		config.SetAttributeValue("workdir", cty.StringVal(t.Workdir))
+	}
+	if len(t.Preload) > 0 {
+		config.SetAttributeValue("preload", stringList(t.Preload))
 	}
 	config.SetAttributeValue("max_restarts", cty.NumberIntVal(int64(t.MaxFailures)))
 	env := map[string]string{}

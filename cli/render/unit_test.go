@@ -73,6 +73,15 @@ func TestJobspecShapes(t *testing.T) {
 			want: []string{`args         = ["-c", "echo $${NOMAD_ALLOC_INDEX}"]`},
 		},
 		{
+			name: "preload",
+			src: `train "x" {
+  command = "/usr/bin/python3"
+  args    = ["-u", "train.py"]
+  preload = ["torch", "torch.distributed"]
+}`,
+			want: []string{`preload      = ["torch", "torch.distributed"]`},
+		},
+		{
 			name: "priority and checkpoint",
 			src: `train "x" {
   command  = "/bin/true"
@@ -111,6 +120,12 @@ func TestJobspecRefusesIncomplete(t *testing.T) {
 	}
 	if _, err := render.Jobspec(&spec.Train{Name: "x", Workers: 1}); err == nil {
 		t.Error("spec without command rendered")
+	}
+	for _, name := range []string{"../../tmp/escaped", "a/b", "with space"} {
+		_, err := render.Jobspec(&spec.Train{Name: name, Command: "/bin/true", Workers: 1})
+		if err == nil || !strings.Contains(err.Error(), "job name") {
+			t.Errorf("job name %q: error %v, want one naming the job name", name, err)
+		}
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
@@ -41,7 +43,7 @@ func Format(diags hcl.Diagnostics, files map[string]*hcl.File) string {
 			sev = "warning"
 		}
 		if d.Subject != nil {
-			fmt.Fprintf(&b, "%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+			fmt.Fprintf(&b, "%s:%d:%d: ", printableName(d.Subject.Filename), d.Subject.Start.Line, d.Subject.Start.Column)
 		}
 		b.WriteString(sev)
 		b.WriteString(": ")
@@ -56,6 +58,18 @@ func Format(diags hcl.Diagnostics, files map[string]*hcl.File) string {
 		}
 	}
 	return b.String()
+}
+
+// printableName escapes the control characters (and invalid UTF-8) of a
+// file name, which would break the one-line-per-error form: a -var's
+// pseudo-file is named after the argument, newlines and all (found by
+// FuzzParse).
+func printableName(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 func oneLine(s string) string {
@@ -122,5 +136,32 @@ func CheckFits(t *Train, maxGPUsPerNode int) hcl.Diagnostics {
 		Summary:  "Spec cannot fit the cluster",
 		Detail:   detail,
 		Subject:  &rng,
+	}}
+}
+
+// CheckCapacity reports a spec whose workers exceed most, the workers of its
+// size the cluster could hold even when empty (explain.EmptyCapacity), at
+// the workers attribute: such a group would be registered, partly placed,
+// and wait for ever on a rendezvous that can never complete. nodes words
+// the capacity per node.
+func CheckCapacity(t *Train, most int, nodes string) hcl.Diagnostics {
+	if t == nil || t.Workers <= most {
+		return nil
+	}
+	size := fmt.Sprintf("%d MHz CPU, %d MiB memory", t.Resources.CPU, t.Resources.TaskMemoryMiB())
+	if t.GPUsPerWorker > 0 {
+		size = fmt.Sprintf("%d GPU(s), %s", t.GPUsPerWorker, size)
+	}
+	advice := "ask for fewer workers, or smaller ones."
+	if most > 0 {
+		advice = fmt.Sprintf("ask for at most %d workers, or smaller ones.", most)
+	}
+	rng := t.Ranges.Workers
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Spec cannot fit the cluster",
+		Detail: fmt.Sprintf("train %q: workers = %d cannot fit: the cluster could hold at most %d workers of this size (%s) even when empty (%s); %s",
+			t.Name, t.Workers, most, size, nodes, advice),
+		Subject: &rng,
 	}}
 }

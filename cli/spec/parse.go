@@ -9,13 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/gpujob/gpujob/internal/pylaunch"
+	"github.com/gpujob/gpujob/internal/safename"
 )
 
 var fileSchema = &hcl.BodySchema{
@@ -33,6 +35,7 @@ var trainSchema = &hcl.BodySchema{
 		{Name: "args"},
 		{Name: "env"},
 		{Name: "workdir"},
+		{Name: "preload"},
 		{Name: "max_failures"},
 		{Name: "rendezvous_timeout"},
 		{Name: "datacenters"},
@@ -120,6 +123,11 @@ func LoadSource(src []byte, filename string, o Options) (*Train, map[string]*hcl
 
 func decodeFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
 	if f == nil || diags.HasErrors() {
+		return nil, p.Files(), diags
+	}
+	// Numbers too large to evaluate in reasonable time (see maxNumberExp).
+	diags = append(diags, checkSourceNumbers(f)...)
+	if diags.HasErrors() {
 		return nil, p.Files(), diags
 	}
 	content, d := f.Body.Content(fileSchema)
@@ -245,12 +253,12 @@ func (d *decoder) int(path string, a *hcl.Attribute, dst *int) bool {
 	}
 	bf := v.AsBigFloat()
 	if !bf.IsInt() {
-		d.errorf(a.Expr.Range(), "Incorrect attribute value type", "Inappropriate value for attribute %q: a whole number is required, got %s.", a.Name, bf.Text('g', -1))
+		d.errorf(a.Expr.Range(), "Incorrect attribute value type", "Inappropriate value for attribute %q: a whole number is required, got %s.", a.Name, numberText(bf))
 		return false
 	}
 	const limit = 1 << 31
 	if bf.Cmp(big.NewFloat(limit)) >= 0 || bf.Cmp(big.NewFloat(-limit)) <= 0 {
-		d.errorf(a.Expr.Range(), "Value out of range", "Attribute %q: %s is too large.", a.Name, bf.Text('g', -1))
+		d.errorf(a.Expr.Range(), "Value out of range", "Attribute %q: %s is too large.", a.Name, numberText(bf))
 		return false
 	}
 	i, _ := bf.Int64()
@@ -337,11 +345,15 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 		Priority:          DefaultPriority,
 	}
 	t.Ranges = Ranges{Block: b.DefRange, Name: b.LabelRanges[0], Attrs: d.attrs}
-	switch {
-	case t.Name == "":
-		d.errorf(b.LabelRanges[0], "Invalid job name", "The train block needs a name: it becomes the Nomad job ID.")
-	case strings.IndexFunc(t.Name, func(r rune) bool { return unicode.IsSpace(r) || r == 0 }) >= 0:
-		d.errorf(b.LabelRanges[0], "Invalid job name", "%q contains a space or a control character; Nomad job IDs may not.", t.Name)
+	// The name becomes the Nomad job ID, a directory under the driver's
+	// checkpoint_root and a segment of the rendezvous keys in Consul: only
+	// names that are their own safe encoding get through, so all three
+	// carry it unchanged (the driver encodes whatever else a hand-written
+	// job brings).
+	if err := safename.Validate(t.Name); err != nil {
+		d.errorf(b.LabelRanges[0], "Invalid job name",
+			"The train block's name %q %s. The name becomes the Nomad job ID and a directory under the checkpoint root, so it must be %s.",
+			t.Name, err, safename.Allowed)
 	}
 
 	c := d.content(b, trainSchema)
@@ -349,6 +361,8 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 
 	if d.int("workers", at["workers"], &t.Workers) && t.Workers < 1 {
 		d.errorf(at["workers"].Expr.Range(), "Invalid workers", "workers must be at least 1, got %d.", t.Workers)
+	} else if t.Workers > MaxWorkers {
+		d.errorf(at["workers"].Expr.Range(), "Invalid workers", "workers must be at most %d (the driver's limit on a group), got %d.", MaxWorkers, t.Workers)
 	}
 	if d.int("gpus_per_worker", at["gpus_per_worker"], &t.GPUsPerWorker) && t.GPUsPerWorker < 0 {
 		d.errorf(at["gpus_per_worker"].Expr.Range(), "Invalid gpus_per_worker", "gpus_per_worker must be 0 (a CPU job) or more, got %d.", t.GPUsPerWorker)
@@ -368,6 +382,16 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 			if !validEnvName.MatchString(k) {
 				d.errorf(at["env"].Expr.Range(), "Invalid env", "%q is not an environment variable name (letters, digits and underscores, not starting with a digit).", k)
 			}
+		}
+	}
+	if a := at["preload"]; a != nil && d.strList("preload", a, &t.Preload) && len(t.Preload) > 0 {
+		for _, m := range t.Preload {
+			if !pylaunch.Module(m) {
+				d.errorf(a.Expr.Range(), "Invalid preload", "%q is not a Python module name; preload lists modules to import once, e.g. [\"torch\", \"torch.distributed\"].", m)
+			}
+		}
+		if _, err := pylaunch.Parse(t.Command, t.Args); err != nil && t.Command != "" {
+			d.errorf(a.Expr.Range(), "Invalid preload", "%s.", err)
 		}
 	}
 	if d.str("workdir", at["workdir"], &t.Workdir) && !path.IsAbs(t.Workdir) {

@@ -38,6 +38,10 @@ const (
 	DefaultPriority          = 50
 )
 
+// MaxWorkers is the largest group the gpujob driver runs: its rendezvous's
+// limit (rendezvous.MaxMembers; a test keeps the two equal).
+const MaxWorkers = 10000
+
 // Nomad's own limits (structs.MinResources, the job priority range).
 const (
 	MinCPU       = 1
@@ -57,7 +61,11 @@ type Train struct {
 	Env           map[string]string
 	// Workdir is the ranks' working directory: an absolute host path,
 	// normally on shared storage. Empty: the task directory.
-	Workdir   string
+	Workdir string
+	// Preload lists Python modules each rank slot imports once into a
+	// waiting interpreter, so that a group restart forks the ranks instead
+	// of starting Python again (the driver's preload).
+	Preload   []string
 	Artifacts []Artifact
 	Resources Resources
 	// GPU holds device constraints; nil when the spec has no gpu block.

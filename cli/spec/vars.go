@@ -123,6 +123,10 @@ func resolveVariables(p *hclparse.Parser, vars map[string]*variable, o Options) 
 		if f == nil || d.HasErrors() {
 			continue
 		}
+		if d := checkSourceNumbers(f); d.HasErrors() {
+			diags = append(diags, d...)
+			continue
+		}
 		attrs, d := f.Body.JustAttributes()
 		diags = append(diags, d...)
 		names := make([]string, 0, len(attrs))
@@ -177,6 +181,10 @@ func resolveVariables(p *hclparse.Parser, vars map[string]*variable, o Options) 
 			// A string (or untyped) variable takes the raw text, as in
 			// Nomad and Terraform.
 			v.value, v.hasValue = cty.StringVal(raw), true
+			continue
+		}
+		if d := checkNumbers([]byte(raw), filename, start, true); d.HasErrors() {
+			diags = append(diags, d...)
 			continue
 		}
 		expr, d := hclsyntax.ParseExpression([]byte(raw), filename, start)

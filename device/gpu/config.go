@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
@@ -36,6 +37,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		"model":      hclspec.NewDefault(hclspec.NewAttr("model", "string", false), hclspec.NewLiteral(`"Tesla T4"`)),
 		"memory_mib": hclspec.NewDefault(hclspec.NewAttr("memory_mib", "number", false), hclspec.NewLiteral("15360")),
 		"id_seed":    hclspec.NewAttr("id_seed", "string", false),
+		"dev_root":   hclspec.NewAttr("dev_root", "string", false),
 	})),
 })
 
@@ -65,6 +67,11 @@ type FakeConfig struct {
 	// IDSeed makes fake UUIDs differ between nodes on one machine; defaults to
 	// the host name.
 	IDSeed string `codec:"id_seed"`
+	// DevRoot is where the fake GPUs' device nodes are (DEV_ROOT/dev/nvidiaN):
+	// look-alike nodes a test made, so that reservations carry them and the
+	// task driver's device isolation can be tried without NVIDIA hardware.
+	// Empty: none, as on a machine without GPUs.
+	DevRoot string `codec:"dev_root"`
 }
 
 // settings is a validated Config in the types the plugin works with.
@@ -134,6 +141,9 @@ func (c Config) validate(hostname string) (settings, error) {
 	}
 	if s.fake.MemoryMiB <= 0 {
 		return s, fmt.Errorf("fake.memory_mib: must be positive, got %d", s.fake.MemoryMiB)
+	}
+	if s.fake.DevRoot != "" && !strings.HasPrefix(s.fake.DevRoot, "/") {
+		return s, fmt.Errorf("fake.dev_root: %q must be an absolute path", s.fake.DevRoot)
 	}
 	return s, nil
 }

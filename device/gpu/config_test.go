@@ -8,14 +8,11 @@ import (
 	"testing"
 
 	log "github.com/hashicorp/go-hclog"
-	hcl1 "github.com/hashicorp/hcl"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/gpujob/gpujob/device/nvml"
+	"github.com/gpujob/gpujob/internal/pluginconfig"
 )
 
 func xidSet(xs ...uint64) map[uint64]bool {
@@ -218,24 +215,12 @@ func TestDisabled(t *testing.T) {
 // then the plugin's hclspec (with its defaults), then cty msgpack.
 func agentConfig(t *testing.T, body string) (*base.Config, error) {
 	t.Helper()
-	var m map[string]interface{}
-	if err := hcl1.Decode(&m, body); err != nil {
-		t.Fatalf("parsing HCL: %v", err)
+	data, err := pluginconfig.Encode(configSpec, body)
+	if errors.Is(err, pluginconfig.ErrInput) {
+		t.Fatal(err)
 	}
-	if m == nil {
-		m = map[string]interface{}{}
-	}
-	spec, diags := hclspecutils.Convert(configSpec)
-	if diags.HasErrors() {
-		t.Fatalf("configSpec does not convert: %v", diags)
-	}
-	val, diags, errs := hclutils.ParseHclInterface(m, spec, nil)
-	if diags.HasErrors() {
-		return nil, errors.Join(errs...)
-	}
-	data, err := msgpack.Marshal(val, val.Type())
 	if err != nil {
-		t.Fatalf("msgpack: %v", err)
+		return nil, err
 	}
 	return &base.Config{PluginConfig: data}, nil
 }
@@ -267,6 +252,12 @@ fake {
 			s.backend = BackendFake
 			s.fake = FakeConfig{Count: 8, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81920, IDSeed: "node-3"}
 		}, ""},
+		{"fake device nodes", `
+backend = "fake"
+fake {
+  dev_root = "/tmp/fakedev"
+}`, func(s *settings) { s.backend = BackendFake; s.fake.DevRoot = "/tmp/fakedev" }, ""},
+		{"relative fake dev_root", "backend = \"fake\"\nfake {\n dev_root = \"dev\"\n}", nil, "fake.dev_root"},
 		{"ignored GPUs and period", `
 ignored_gpu_ids    = ["GPU-1", "GPU-2"]
 fingerprint_period = "5s"

@@ -118,6 +118,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	defer p.mu.Unlock()
 	p.cfg = s
 	p.initErr = nil // a later SetConfig must not inherit an earlier Init failure
+	if s.backend == BackendFake && s.fake.DevRoot != "" {
+		p.devRoot = s.fake.DevRoot
+	}
 	if !s.enabled {
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	log "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/gpujob/gpujob/device/nvml"
@@ -160,5 +162,23 @@ func TestReserveMIG(t *testing.T) {
 	}
 	if _, err := p.Reserve([]string{devs[1].UUIDValue}); err == nil {
 		t.Errorf("the hidden MIG parent was reservable")
+	}
+}
+
+// TestReserveFakeDevRoot: the fake backend's dev_root puts look-alike nodes
+// in the reservation, for the task driver's device isolation to act on.
+func TestReserveFakeDevRoot(t *testing.T) {
+	root := devRoot(t, "nvidia0", "nvidia1")
+	p := New(log.NewNullLogger(), func(string, nvml.FakeSpec) nvml.Library { return newFakeLib(2, "m") })
+	var data []byte
+	if err := base.MsgPackEncode(&data, &Config{Enabled: true, Backend: BackendFake,
+		Fake: &FakeConfig{Count: 2, Model: "m", MemoryMiB: 1, DevRoot: root}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetConfig(&base.Config{PluginConfig: data}); err != nil {
+		t.Fatal(err)
+	}
+	if p.devRoot != root {
+		t.Fatalf("devRoot %q, want %q", p.devRoot, root)
 	}
 }

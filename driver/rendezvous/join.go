@@ -353,11 +353,11 @@ func (r *Rendezvous) getRound(ctx context.Context) (*roundRecord, uint64, error)
 	if p == nil {
 		return nil, 0, nil
 	}
-	var rec roundRecord
-	if err := json.Unmarshal(p.Value, &rec); err != nil {
+	rec, err := decodeRoundRecord(p.Value)
+	if err != nil {
 		return nil, 0, permanent(fmt.Errorf("rendezvous %s: decode round record: %w", r.cfg.RunID, err))
 	}
-	return &rec, p.ModifyIndex, nil
+	return rec, p.ModifyIndex, nil
 }
 
 // declareTimeout marks open round n as timed out, recording who joined and

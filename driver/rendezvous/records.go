@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,16 +75,87 @@ type snapshot struct {
 	leader     string // session holding P/ctl/leader, "" if none
 }
 
+// Limits on what a member accepts from Consul. Every value under P/ was
+// written by another member, or by anyone else who may write the prefix, or
+// by a bug: a member reads it as untrusted input, bounded and checked to be
+// something a coordinator could have written, so that a corrupt key ends
+// the run with a plain error instead of a crash, a gzip bomb, or members
+// that disagree on their ranks (FuzzRoster, FuzzRoundRecord,
+// FuzzRegistration).
+const (
+	// MaxMembers bounds a run's group (Config.Max) and so every roster.
+	MaxMembers = 10000
+	// MaxLocalWorldSize bounds Member.LocalWorldSize (processes per
+	// member), which keeps a world size far from overflowing.
+	MaxLocalWorldSize = 1024
+	// maxRosterBytes bounds the roster's uncompressed text: a member's line
+	// is about 100 bytes, so 1 KiB a member is ten times what a real one
+	// needs. Consul's 512 KiB value limit does not bound what gzip inflates.
+	maxRosterBytes = MaxMembers << 10
+)
+
+// checkMember reports a member that Open would not have let take part (see
+// New): one whose ID cannot be a key segment, or whose fields would break
+// the roster's one-line-per-member, tab-separated text.
+func checkMember(m Member) error {
+	switch {
+	case !cleanKeyPath(m.ID) || strings.ContainsAny(m.ID, "/ \t\n"):
+		return fmt.Errorf("member ID %q: must be non-empty, not \".\" or \"..\", without '/', spaces, tabs or newlines", m.ID)
+	case m.Name == "" || strings.ContainsAny(m.Name+m.Addr, "\t\n"):
+		return fmt.Errorf("member %q: name %q / address %q must be non-empty (the name) without tabs or newlines", m.ID, m.Name, m.Addr)
+	case m.LocalWorldSize < 1 || m.LocalWorldSize > MaxLocalWorldSize:
+		return fmt.Errorf("member %q: local world size %d outside [1, %d]", m.ID, m.LocalWorldSize, MaxLocalWorldSize)
+	}
+	return nil
+}
+
+// decodeRoundRecord reads the value of P/ctl/round and checks that it is a
+// record the round life cycle could have produced: a known status, a round
+// number that can still be incremented, restarts within the budget, a
+// group size within [Min, Max].
+func decodeRoundRecord(data []byte) (*roundRecord, error) {
+	var rec roundRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, err
+	}
+	switch rec.Status {
+	case statusJoining, statusComplete, statusTimeout, statusExhausted:
+	default:
+		return nil, fmt.Errorf("unknown status %q", rec.Status)
+	}
+	maxN := MaxMembers
+	switch {
+	case rec.Number < 1 || rec.Number == math.MaxInt:
+		return nil, fmt.Errorf("round number %d out of range", rec.Number)
+	case rec.MaxRestarts < 0 || rec.Restarts < 0 || rec.Restarts > rec.MaxRestarts:
+		return nil, fmt.Errorf("restarts %d of %d out of range", rec.Restarts, rec.MaxRestarts)
+	// Min and Max are both 0 in a record of a version that did not write
+	// them (decide then uses the configured ones).
+	case rec.Min != 0 || rec.Max != 0:
+		if rec.Min < 1 || rec.Max < rec.Min || rec.Max > MaxMembers {
+			return nil, fmt.Errorf("group size %d:%d outside 1 <= min <= max <= %d", rec.Min, rec.Max, MaxMembers)
+		}
+		maxN = rec.Max
+	}
+	switch {
+	case rec.Size < 0 || rec.Size > maxN || rec.Status == statusComplete && rec.Size < 1:
+		return nil, fmt.Errorf("%s round of %d members outside [1, %d]", rec.Status, rec.Size, maxN)
+	case len(rec.Joined) > MaxMembers || len(rec.Missing) > MaxMembers:
+		return nil, fmt.Errorf("%d joined and %d missing members: more than %d", len(rec.Joined), len(rec.Missing), MaxMembers)
+	}
+	return &rec, nil
+}
+
 func parseControl(base string, pairs api.KVPairs) (snapshot, error) {
 	var s snapshot
 	for _, p := range pairs {
 		switch strings.TrimPrefix(p.Key, base) {
 		case roundKey:
-			var rec roundRecord
-			if err := json.Unmarshal(p.Value, &rec); err != nil {
+			rec, err := decodeRoundRecord(p.Value)
+			if err != nil {
 				return s, fmt.Errorf("decode round record %s: %w", p.Key, err)
 			}
-			s.round = &rec
+			s.round = rec
 			s.roundIndex = p.ModifyIndex
 		case leaderKey:
 			s.leader = p.Session
@@ -109,8 +181,7 @@ func parseMembers(base string, pairs api.KVPairs) memberView {
 			if p.Session == "" {
 				continue
 			}
-			var lr liveRecord
-			if json.Unmarshal(p.Value, &lr) == nil && lr.Member.ID != "" {
+			if lr, ok := decodeRegistration(strings.TrimPrefix(rel, livePrefix), p.Value); ok {
 				v.live[lr.Member.ID] = lr
 			}
 		case strings.HasPrefix(rel, donePrefix):
@@ -121,6 +192,18 @@ func parseMembers(base string, pairs api.KVPairs) memberView {
 		}
 	}
 	return v
+}
+
+// decodeRegistration reads the value of P/m/live/<id>. A registration
+// counts only if it is one register could have written: for the member its
+// key names (else one key could stand in for another member, alive or
+// dead), for a round, with fields the roster can carry.
+func decodeRegistration(id string, data []byte) (liveRecord, bool) {
+	var lr liveRecord
+	if json.Unmarshal(data, &lr) != nil || lr.Member.ID != id || lr.Gen < 1 || checkMember(lr.Member) != nil {
+		return liveRecord{}, false
+	}
+	return lr, true
 }
 
 // candidates returns the live members registered for generation gen, in rank
@@ -140,12 +223,15 @@ func (v memberView) candidates(gen int) []Member {
 // replacement allocation carries the name of the one it replaces, so it gets
 // the same rank.
 func sortMembers(ms []Member) {
-	sort.Slice(ms, func(i, j int) bool {
-		if c := naturalCompare(ms[i].Name, ms[j].Name); c != 0 {
-			return c < 0
-		}
-		return ms[i].ID < ms[j].ID
-	})
+	sort.Slice(ms, func(i, j int) bool { return memberLess(ms[i], ms[j]) })
+}
+
+// memberLess is the rank order of sortMembers.
+func memberLess(a, b Member) bool {
+	if c := naturalCompare(a.Name, b.Name); c != 0 {
+		return c < 0
+	}
+	return a.ID < b.ID
 }
 
 // naturalCompare compares strings with runs of digits compared as numbers,
@@ -226,14 +312,22 @@ func encodeRoster(number int, ms []Member) []byte {
 	return z.Bytes()
 }
 
+// decodeRoster reads what encodeRoster wrote, and accepts only a roster a
+// coordinator could have written: its text bounded (a gzip bomb is cut off
+// at maxRosterBytes), every member valid, no ID twice, in rank order. Each
+// member derives its rank from its place in the roster; a roster out of
+// order or with a repeated member would hand two members one rank.
 func decodeRoster(data []byte) (int, []Member, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return 0, nil, fmt.Errorf("roster: %w", err)
 	}
-	raw, err := io.ReadAll(zr)
+	raw, err := io.ReadAll(io.LimitReader(zr, maxRosterBytes+1))
 	if err != nil {
 		return 0, nil, fmt.Errorf("roster: %w", err)
+	}
+	if len(raw) > maxRosterBytes {
+		return 0, nil, fmt.Errorf("roster: more than %d bytes uncompressed", maxRosterBytes)
 	}
 	s := string(raw)
 	line, rest, _ := strings.Cut(s, "\n")
@@ -244,7 +338,15 @@ func decodeRoster(data []byte) (int, []Member, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("roster: bad round number: %w", err)
 	}
-	ms := make([]Member, 0, strings.Count(rest, "\n"))
+	if number < 1 {
+		return 0, nil, fmt.Errorf("roster: round number %d", number)
+	}
+	n := strings.Count(rest, "\n")
+	if n > MaxMembers {
+		return 0, nil, fmt.Errorf("roster: more than %d members", MaxMembers)
+	}
+	ms := make([]Member, 0, n+1)
+	ids := make(map[string]bool, n+1)
 	for rest != "" {
 		line, rest, _ = strings.Cut(rest, "\n")
 		f := strings.Split(line, "\t")
@@ -255,7 +357,22 @@ func decodeRoster(data []byte) (int, []Member, error) {
 		if err != nil {
 			return 0, nil, fmt.Errorf("roster: bad local world size in %q: %w", line, err)
 		}
-		ms = append(ms, Member{ID: f[0], Name: f[1], Addr: f[2], LocalWorldSize: lws})
+		m := Member{ID: f[0], Name: f[1], Addr: f[2], LocalWorldSize: lws}
+		if err := checkMember(m); err != nil {
+			return 0, nil, fmt.Errorf("roster: %w", err)
+		}
+		if ids[m.ID] {
+			return 0, nil, fmt.Errorf("roster: member %q listed twice", m.ID)
+		}
+		if len(ms) > 0 && !memberLess(ms[len(ms)-1], m) {
+			return 0, nil, fmt.Errorf("roster: member %q (%s) out of rank order", m.ID, m.Name)
+		}
+		ids[m.ID] = true
+		ms = append(ms, m)
+	}
+	// A round completes with at least Min >= 1 members.
+	if len(ms) == 0 || len(ms) > MaxMembers {
+		return 0, nil, fmt.Errorf("roster: %d members outside [1, %d]", len(ms), MaxMembers)
 	}
 	return number, ms, nil
 }

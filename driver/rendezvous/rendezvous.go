@@ -147,8 +147,8 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 		cfg.Prefix = DefaultPrefix
 	}
 	cfg.Prefix = strings.Trim(cfg.Prefix, "/")
-	if cfg.RunID == "" || strings.HasPrefix(cfg.RunID, "/") || strings.HasSuffix(cfg.RunID, "/") {
-		return nil, fmt.Errorf("rendezvous: Config.RunID %q must be non-empty without leading or trailing '/'", cfg.RunID)
+	if !cleanKeyPath(cfg.RunID) {
+		return nil, fmt.Errorf("rendezvous: Config.RunID %q must be '/'-separated segments, none empty, \".\" or \"..\"", cfg.RunID)
 	}
 	if cfg.RunGroup != "" {
 		sub, ok := strings.CutPrefix(cfg.RunID, cfg.RunGroup+"/")
@@ -185,8 +185,8 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 	if cfg.SessionTTLOnly && len(cfg.SessionNodeChecks) > 0 {
 		return nil, errors.New("rendezvous: Config.SessionTTLOnly and Config.SessionNodeChecks exclude each other")
 	}
-	if self.ID == "" || strings.ContainsAny(self.ID, "/ ") {
-		return nil, fmt.Errorf("rendezvous: Member.ID %q must be non-empty without '/' or spaces", self.ID)
+	if !cleanKeyPath(self.ID) || strings.ContainsAny(self.ID, "/ ") {
+		return nil, fmt.Errorf("rendezvous: Member.ID %q must be non-empty, not \".\" or \"..\", without '/' or spaces", self.ID)
 	}
 	if self.Name == "" {
 		self.Name = self.ID
@@ -197,6 +197,14 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 	}
 	if self.LocalWorldSize < 1 {
 		return nil, fmt.Errorf("rendezvous: Member.LocalWorldSize %d must be at least 1", self.LocalWorldSize)
+	}
+	// What the other members will accept from us (records.go): a member
+	// they would refuse would fail the whole run at its first roster.
+	if err := checkMember(self); err != nil {
+		return nil, fmt.Errorf("rendezvous: Member: %w", err)
+	}
+	if cfg.Max > MaxMembers {
+		return nil, fmt.Errorf("rendezvous: Config.Max %d above the limit of %d members", cfg.Max, MaxMembers)
 	}
 	cfg.Expected = append([]string(nil), cfg.Expected...)
 	cfg.SessionNodeChecks = append([]string(nil), cfg.SessionNodeChecks...)
@@ -211,6 +219,19 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 }
 
 func (r *Rendezvous) key(rel string) string { return r.base + rel }
+
+// cleanKeyPath reports whether p can go into keys as it is: the Consul
+// client puts a key into the URL path (escaping '%', '?' and '#'), and the
+// agent's HTTP router cleans "." and ".." segments and empty ones away —
+// a redirect to another key, then a 404 — so none may occur.
+func cleanKeyPath(p string) bool {
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
 
 func (r *Rendezvous) logf(format string, args ...any) {
 	if r.cfg.Logf != nil {

@@ -478,6 +478,12 @@ func TestNewValidates(t *testing.T) {
 		{"ttl", func(c *Config, _ *Member) { c.SessionTTL = time.Millisecond }},
 		{"restarts", func(c *Config, _ *Member) { c.MaxRestarts = -1 }},
 		{"id slash", func(_ *Config, m *Member) { m.ID = "a/b" }},
+		{"id dot-dot", func(_ *Config, m *Member) { m.ID = ".." }},
+		{"run id leading slash", func(c *Config, _ *Member) { c.RunID = "/a/b" }},
+		{"run id trailing slash", func(c *Config, _ *Member) { c.RunID = "a/b/" }},
+		{"run id dot-dot", func(c *Config, _ *Member) { c.RunID = "default/../../x" }},
+		{"run id dot", func(c *Config, _ *Member) { c.RunID = "default/./x" }},
+		{"run id empty segment", func(c *Config, _ *Member) { c.RunID = "default//x" }},
 		{"lws", func(_ *Config, m *Member) { m.LocalWorldSize = 0 }},
 	} {
 		cfg, m := ok, self

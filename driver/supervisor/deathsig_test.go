@@ -21,6 +21,12 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(helperEnv); dir != "" {
 		os.Exit(helperSupervisor(dir))
 	}
+	if os.Getenv(openDevicesEnv) != "" {
+		os.Exit(helperOpenDevices(os.Args[1:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == RunAsCommand {
+		os.Exit(RunAsMain(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 

@@ -22,11 +22,26 @@ type Placement struct {
 // processes must not inherit.
 var withheld = map[string]bool{"CONSUL_HTTP_TOKEN": true, "NOMAD_TOKEN": true}
 
+// roundVariables are the variables WorkerEnv sets that change with the
+// round (or name it): a preloaded interpreter starts without them
+// (zygoteEnv), and its ranks get them when forked.
+var roundVariables = []string{
+	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+	"ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+	"GPUJOB_RANK", "GPUJOB_LOCAL_RANK", "GPUJOB_WORLD_SIZE", "GPUJOB_LOCAL_WORLD_SIZE",
+	"GPUJOB_NODE_RANK", "GPUJOB_NNODES", "GPUJOB_MASTER_ADDR", "GPUJOB_MASTER_PORT",
+	"GPUJOB_RESTART_COUNT", "GPUJOB_MAX_RESTARTS", "GPUJOB_RUN_ID", "GPUJOB_GENERATION",
+	"GPUJOB_CHECKPOINT_DIR",
+}
+
 // WorkerEnv is the environment of local worker localRank: the task's
 // environment, the task config's env, then torchrun's variables (so an
 // unmodified init_method="env://" script works) and their GPUJOB_
 // equivalents. Later sources win, except that an OMP_NUM_THREADS the user
-// set is kept.
+// set is kept, and the task's user (HOME, USER, LOGNAME) and GPU
+// reservation (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES) replace what
+// the Nomad client's environment says.
 func WorkerEnv(base []string, s *Spec, p Placement, localRank int) []string {
 	env := map[string]string{}
 	for _, kv := range base {
@@ -34,8 +49,19 @@ func WorkerEnv(base []string, s *Spec, p Placement, localRank int) []string {
 			env[k] = v
 		}
 	}
+	if s.RunAs != nil {
+		s.RunAs.identityEnv(env)
+	}
 	for k, v := range s.Env {
 		env[k] = v
+	}
+	// The GPUs reserved to the task, whatever the task config's env says: a
+	// job must not pick other jobs' GPUs by naming them. All of the task's
+	// ranks see all of its GPUs, as under torchrun (rank i takes
+	// cuda:LOCAL_RANK).
+	if s.VisibleDevices != nil {
+		env["CUDA_VISIBLE_DEVICES"] = *s.VisibleDevices
+		env["NVIDIA_VISIBLE_DEVICES"] = *s.VisibleDevices
 	}
 	host, port, err := net.SplitHostPort(p.MasterAddr)
 	if err != nil {

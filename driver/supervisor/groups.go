@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,7 +39,7 @@ func procStat(pid int) (state byte, start uint64, err error) {
 		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(string(b[i+1:]))
-	const stateField, startField = 3 - 3, 22 - 3 // fields 3.. follow the name
+	const stateField, startField = 0, 22 - 3 // fields 3.. follow the name: state is field 3
 	if len(f) <= startField {
 		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
 	}
@@ -87,12 +88,27 @@ func writeGroups(path string, groups []ProcessGroup) error {
 }
 
 // ReadGroups reads the records a supervisor wrote to path; none when the
-// file does not exist.
+// file does not exist. The driver kills what they name, so they count only
+// when the file is what the supervisor wrote: a regular file of the
+// reader's own user (the supervisor runs as the driver's user), never a
+// symlink or a file a task's user put there.
 func ReadGroups(path string) ([]ProcessGroup, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the ranks' process groups: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading the ranks' process groups: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s is not the supervisor's (not a regular file of UID %d): ignoring it", path, os.Geteuid())
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("reading the ranks' process groups: %w", err)
 	}

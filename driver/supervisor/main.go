@@ -31,11 +31,16 @@ func Main(specPath string) int {
 	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT)
 	defer signal.Stop(forward)
 
-	if spec.CheckpointDir != "" {
-		if err := os.MkdirAll(spec.CheckpointDir, 0o755); err != nil {
-			fmt.Fprintf(os.Stderr, "gpujob: creating the checkpoint directory: %v\n", err)
-			return 1
+	// The driver made the checkpoint directory, owned by the ranks' user.
+	// Before any rank starts, close the node's other GPUs to them; the
+	// deferred cleanup runs after Run has reaped every rank.
+	if spec.GPUIsolation != nil {
+		cleanup, err := isolateGPUs(spec.GPUIsolation)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: warning: the device cgroup does not keep the ranks off the node's other GPUs (%v); "+
+				"only CUDA_VISIBLE_DEVICES points them at the task's own\n", err)
 		}
+		defer cleanup()
 	}
 	client, err := consulClient(spec.Consul)
 	if err != nil {
@@ -122,7 +127,7 @@ func CheckConsul(ctx context.Context, s ConsulSpec) error {
 	if leader == "" {
 		return fmt.Errorf("consul at %s has no leader", s.Address)
 	}
-	return nil
+	return checkToken(ctx, client, s)
 }
 
 // consulClient builds a Consul client from the spec; the CONSUL_HTTP_*
@@ -141,7 +146,14 @@ func consulClient(s ConsulSpec) (*consul.Client, error) {
 	if s.Scheme != "" {
 		cfg.Scheme = s.Scheme
 	}
-	cfg.TLSConfig = consul.TLSConfig{CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile}
+	// The driver passes the TLS material inline (ca_pem, ...), read as
+	// root: the supervisor runs as the task's user, who need not be able to
+	// read the client's key files. Paths are still honoured (a spec written
+	// by hand, and the driver's own health check).
+	cfg.TLSConfig = consul.TLSConfig{
+		CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile,
+		CAPem: []byte(s.CAPEM), CertPEM: []byte(s.CertPEM), KeyPEM: []byte(s.KeyPEM),
+	}
 	c, err := consul.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)

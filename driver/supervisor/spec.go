@@ -10,7 +10,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/pylaunch"
 )
 
 // Spec is everything the supervisor needs, written by the driver to a file in
@@ -25,6 +30,10 @@ type Spec struct {
 	// NProcPerNode is the number of local worker processes.
 	NProcPerNode int  `json:"nproc_per_node"`
 	LogPrefix    bool `json:"log_prefix"`
+	// Preload lists the Python modules each local rank slot's zygote
+	// imports once, so that a rank (re)starts by a fork (zygote.go); empty
+	// starts every rank cold.
+	Preload []string `json:"preload,omitempty"`
 
 	// RunID names one submission's rendezvous: "<namespace>/<job>/<run>"
 	// with run the job meta gpujob_run `gpujob submit` stamps, else
@@ -44,6 +53,16 @@ type Spec struct {
 	MaxRestarts int      `json:"max_restarts"`
 
 	CheckpointDir string `json:"checkpoint_dir"`
+	// RunAs is the user the ranks run as; nil runs them as the supervisor's
+	// own user (a Nomad client that is not root cannot switch).
+	RunAs *Credential `json:"run_as,omitempty"`
+	// VisibleDevices is the task's GPU reservation (UUIDs, comma-separated;
+	// empty for none), which the ranks get as CUDA_VISIBLE_DEVICES and
+	// NVIDIA_VISIBLE_DEVICES; nil leaves the task's environment as it is.
+	VisibleDevices *string `json:"visible_devices,omitempty"`
+	// GPUIsolation, when set, has the supervisor close the node's other
+	// GPUs to its ranks through the device cgroup before starting any.
+	GPUIsolation *GPUIsolation `json:"gpu_isolation,omitempty"`
 	// StopGrace is SIGTERM to SIGKILL for the ranks when a round ends, and
 	// when Nomad stops the task without the driver recording a deadline.
 	StopGrace Duration `json:"stop_grace"`
@@ -69,13 +88,18 @@ type Member struct {
 
 // ConsulSpec is how to reach Consul.
 type ConsulSpec struct {
-	Address    string   `json:"address"`
-	Scheme     string   `json:"scheme,omitempty"` // "https" for TLS
-	Token      string   `json:"token,omitempty"`
-	Datacenter string   `json:"datacenter,omitempty"`
-	CAFile     string   `json:"ca_file,omitempty"`
-	CertFile   string   `json:"cert_file,omitempty"`
-	KeyFile    string   `json:"key_file,omitempty"`
+	Address    string `json:"address"`
+	Scheme     string `json:"scheme,omitempty"` // "https" for TLS
+	Token      string `json:"token,omitempty"`
+	Datacenter string `json:"datacenter,omitempty"`
+	CAFile     string `json:"ca_file,omitempty"`
+	CertFile   string `json:"cert_file,omitempty"`
+	KeyFile    string `json:"key_file,omitempty"`
+	// CAPEM, CertPEM and KeyPEM are the contents of those files, which the
+	// driver puts here instead of the paths (driver.inlineConsulTLS).
+	CAPEM      string   `json:"ca_pem,omitempty"`
+	CertPEM    string   `json:"cert_pem,omitempty"`
+	KeyPEM     string   `json:"key_pem,omitempty"`
 	KeyPrefix  string   `json:"key_prefix"`
 	SessionTTL Duration `json:"session_ttl"`
 }
@@ -113,6 +137,56 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("run and member IDs are required")
 	case s.Self.Addr == "":
 		return fmt.Errorf("member address is empty")
+	// The rendezvous refuses more; here the job's author hears which field.
+	case s.NProcPerNode > rendezvous.MaxLocalWorldSize:
+		return fmt.Errorf("nproc_per_node must be at most %d, got %d", rendezvous.MaxLocalWorldSize, s.NProcPerNode)
+	}
+	if len(s.Preload) > 0 {
+		for i, m := range s.Preload {
+			if !pylaunch.Module(m) {
+				return fmt.Errorf("preload[%d]: %q is not a Python module name (like torch or torch.distributed)", i, m)
+			}
+		}
+		if _, err := pylaunch.Parse(s.Command, s.Args); err != nil {
+			return err
+		}
+	}
+	return s.checkExec()
+}
+
+// checkExec refuses what exec could not pass to a rank as written, so that
+// the job fails at once with the field at fault instead of every rank
+// failing to start, round after round: a NUL in the command line (execve
+// takes C strings), or an env name that is empty or holds '=' (the variable
+// set would be another one than the name says). Invalid UTF-8 is refused
+// too: this spec travels as JSON, which would replace it (found by
+// FuzzDriverConfigMsgpack; Nomad's job API cannot carry it either).
+func (s *Spec) checkExec() error {
+	bad := func(v string) string {
+		switch {
+		case strings.ContainsRune(v, 0):
+			return "a NUL byte"
+		case !utf8.ValidString(v):
+			return "invalid UTF-8"
+		}
+		return ""
+	}
+	for i, v := range append([]string{s.Command, s.Workdir}, s.Args...) {
+		if why := bad(v); why != "" {
+			field := map[int]string{0: "command", 1: "workdir"}[i]
+			if field == "" {
+				field = fmt.Sprintf("args[%d]", i-2)
+			}
+			return fmt.Errorf("%s %q contains %s", field, v, why)
+		}
+	}
+	for k, v := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k) {
+			return fmt.Errorf("env: %q is not a variable name (empty, or holds '=', NUL or invalid UTF-8)", k)
+		}
+		if why := bad(v); why != "" {
+			return fmt.Errorf("env: the value of %s contains %s", k, why)
+		}
 	}
 	return nil
 }

@@ -102,6 +102,16 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	defer s.events.close()
 	spawn := newSpawner()
 	defer spawn.close() // every path below has reaped the ranks
+	var pool *zygotes
+	if len(s.spec.Preload) > 0 {
+		// Started now, so that the imports overlap the rendezvous.
+		var err error
+		if pool, err = newZygotes(s.spec, s.env, s.stderr, spawn.start); err != nil {
+			fmt.Fprintf(s.stderr, "gpujob: preload: %v; starting the ranks cold\n", err)
+		} else {
+			defer pool.close() // before the spawner's thread goes
+		}
+	}
 	for {
 		round, err := s.coord.Join(ctx)
 		if err != nil {
@@ -116,16 +126,20 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			return 1
 		}
 		p := placement(round)
-		s.events.emit(s.event(taskevent.Joined, p))
+		joined := s.event(taskevent.Joined, p)
+		if pool != nil {
+			joined.Warning = pool.prepare(ctx)
+		}
+		s.events.emit(joined)
 
-		w, err := startWorkers(s.spec, p, s.env, s.stdout, s.stderr, spawn.start)
+		w, err := startWorkersWith(s.spec, p, s.env, s.stdout, s.stderr, spawn.start, pool)
 		if err != nil {
 			if code, ok := s.endRound(ctx, round, p, rendezvous.Failure{Member: s.spec.Self.Name, Reason: err.Error(), ExitCode: -1}); !ok {
 				return code
 			}
 			continue
 		}
-		s.recordGroups(w)
+		s.recordGroups(w, pool)
 		s.setCurrent(w)
 		out := s.supervise(ctx, round, w)
 		s.setCurrent(nil)
@@ -186,11 +200,15 @@ func (s *Supervisor) event(kind taskevent.Kind, p Placement) taskevent.Event {
 
 // recordGroups tells the driver which process groups to kill should the
 // supervisor die; failing to is worth a line, not the round.
-func (s *Supervisor) recordGroups(w *workers) {
+func (s *Supervisor) recordGroups(w *workers, pool *zygotes) {
 	if s.spec.GroupsFile == "" {
 		return
 	}
-	if err := writeGroups(s.spec.GroupsFile, w.groups); err != nil {
+	groups := w.groups
+	if pool != nil {
+		groups = append(append([]ProcessGroup(nil), groups...), pool.groups()...)
+	}
+	if err := writeGroups(s.spec.GroupsFile, groups); err != nil {
 		fmt.Fprintf(s.stderr, "gpujob: %v\n", err)
 	}
 }

@@ -8,9 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gpujob/gpujob/internal/pylaunch"
 )
 
 // exit is how one local worker ended.
@@ -24,10 +28,30 @@ type exit struct {
 // workers are the local processes of one round. Each runs in its own process
 // group so stopping it also stops what it spawned (DataLoader workers).
 type workers struct {
-	cmds   []*exec.Cmd
+	procs  []*rankProc
 	groups []ProcessGroup
 	exits  chan exit
 	done   chan struct{} // closed when every process has been reaped
+}
+
+// rankProc is one started rank: a process the supervisor started (cmd) or
+// one a zygote forked for it (PID only; the zygote reaps it).
+type rankProc struct {
+	pid    int
+	cmd    *exec.Cmd
+	reaped atomic.Bool
+}
+
+// signal sends sig to the rank process alone, unless it was reaped (its
+// PID may be another process's by now).
+func (r *rankProc) signal(sig syscall.Signal) {
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(sig)
+		return
+	}
+	if !r.reaped.Load() {
+		_ = syscall.Kill(r.pid, sig)
+	}
 }
 
 // spawner starts the ranks from one OS thread that it keeps locked. Ranks
@@ -87,49 +111,177 @@ func (s *spawner) close() {
 // startWorkers starts s.NProcPerNode processes for placement p through
 // start (a spawner's).
 func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer, start func(*exec.Cmd) error) (*workers, error) {
+	return startWorkersWith(s, p, base, stdout, stderr, start, nil)
+}
+
+// startWorkersWith is startWorkers with preloaded interpreters: a slot whose
+// zygote serves forks its rank from it, any other starts cold.
+func startWorkersWith(s *Spec, p Placement, base []string, stdout, stderr io.Writer, start func(*exec.Cmd) error, pool *zygotes) (*workers, error) {
 	w := &workers{exits: make(chan exit, s.NProcPerNode), done: make(chan struct{})}
 	var outMu, errMu sync.Mutex
 	var wg sync.WaitGroup
 	for local := 0; local < s.NProcPerNode; local++ {
-		cmd := exec.Command(s.Command, s.Args...)
-		cmd.Env = WorkerEnv(base, s, p, local)
-		cmd.Dir = s.Workdir
-		if cmd.Dir == "" {
-			cmd.Dir, _ = os.Getwd()
+		env := WorkerEnv(base, s, p, local)
+		dir := s.Workdir
+		if dir == "" {
+			dir, _ = os.Getwd()
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		var rout, rerr io.Writer = stdout, stderr
+		var flush func()
 		if s.LogPrefix {
 			prefix := fmt.Sprintf("[rank %d] ", p.RankOffset+local)
-			cmd.Stdout = &lineWriter{prefix: prefix, out: stdout, mu: &outMu}
-			cmd.Stderr = &lineWriter{prefix: prefix, out: stderr, mu: &errMu}
-		} else {
-			cmd.Stdout, cmd.Stderr = stdout, stderr
+			lo := &lineWriter{prefix: prefix, out: stdout, mu: &outMu}
+			le := &lineWriter{prefix: prefix, out: stderr, mu: &errMu}
+			rout, rerr = lo, le
+			flush = func() { lo.flush(); le.flush() }
 		}
-		// A worker's own children can hold its output pipe open after it
-		// exits; do not let them keep the round from ending.
-		cmd.WaitDelay = 2 * time.Second
-		if err := start(cmd); err != nil {
+		var z *zygote
+		if pool != nil {
+			z = pool.get(local)
+		}
+		var proc *rankProc
+		var err error
+		if z != nil {
+			proc, err = forkRank(z, pool.launch, env, dir, rout, rerr, p.RankOffset+local, w.exits, flush, &wg)
+		} else {
+			proc, err = startRank(s, env, dir, rout, rerr, start, p.RankOffset+local, local, w.exits, flush, &wg)
+		}
+		if err != nil {
 			w.kill(syscall.SIGKILL)
 			wg.Wait()
-			return nil, fmt.Errorf("starting local rank %d (%s): %w", local, s.Command, err)
+			return nil, fmt.Errorf("starting local rank %d (%s): %w%s", local, s.Command, err, startHint(s, dir, err))
 		}
-		w.cmds = append(w.cmds, cmd)
-		// Read before Wait can reap it: until then /proc/PID exists.
-		ticks, _ := processStart(cmd.Process.Pid)
-		w.groups = append(w.groups, ProcessGroup{PGID: cmd.Process.Pid, StartTicks: ticks})
-		wg.Add(1)
-		go func(local int, cmd *exec.Cmd) {
-			defer wg.Done()
-			err := cmd.Wait()
-			if lw, ok := cmd.Stdout.(*lineWriter); ok {
-				lw.flush()
-				cmd.Stderr.(*lineWriter).flush()
-			}
-			w.exits <- exit{LocalRank: local, Rank: p.RankOffset + local, Code: exitCode(cmd, err), Err: waitErr(err)}
-		}(local, cmd)
+		w.procs = append(w.procs, proc)
+		// Read before the rank can be reaped: until then /proc/PID exists.
+		ticks, _ := processStart(proc.pid)
+		w.groups = append(w.groups, ProcessGroup{PGID: proc.pid, StartTicks: ticks})
 	}
 	go func() { wg.Wait(); close(w.done) }()
 	return w, nil
+}
+
+// startRank starts one rank as the supervisor's own child.
+func startRank(s *Spec, env []string, dir string, stdout, stderr io.Writer, start func(*exec.Cmd) error,
+	rank, local int, exits chan<- exit, flush func(), wg *sync.WaitGroup) (*rankProc, error) {
+	cmd := exec.Command(s.Command, s.Args...)
+	cmd.Env = env
+	cmd.Dir = dir
+	// The user's credential is applied in the child before it changes
+	// directory and, last, sets the parent-death signal (which a change
+	// of credentials would clear).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.RunAs != nil {
+		cmd.SysProcAttr.Credential = s.RunAs.sys()
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A worker's own children can hold its output pipe open after it
+	// exits; do not let them keep the round from ending.
+	cmd.WaitDelay = outputWaitDelay
+	if err := start(cmd); err != nil {
+		return nil, err
+	}
+	r := &rankProc{pid: cmd.Process.Pid, cmd: cmd}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := cmd.Wait()
+		r.reaped.Store(true)
+		if flush != nil {
+			flush()
+		}
+		exits <- exit{LocalRank: local, Rank: rank, Code: exitCode(cmd, err), Err: waitErr(err)}
+	}()
+	return r, nil
+}
+
+// outputWaitDelay is how long a rank's output is read after it exited
+// while its children still hold the pipe.
+const outputWaitDelay = 2 * time.Second
+
+// forkRank has z fork the rank, with pipes for its output read as a
+// started rank's would be.
+func forkRank(z *zygote, l pylaunch.Launch, env []string, dir string, stdout, stderr io.Writer,
+	rank int, exits chan<- exit, flush func(), wg *sync.WaitGroup) (*rankProc, error) {
+	local := z.slot
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	envMap := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			envMap[k] = v
+		}
+	}
+	req := forkRequest{Argv: l.Argv, Env: envMap, Dir: dir, Mode: "script", Target: l.Target,
+		Unbuffered: l.Unbuffered, NoBytecode: l.NoBytecode}
+	if l.Module {
+		req.Mode = "module"
+	}
+	pid, err := z.fork(req, [3]*os.File{devnull, outW, errW})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("preloaded interpreter: %w", err)
+	}
+	r := &rankProc{pid: pid}
+	var copies sync.WaitGroup
+	copies.Add(2)
+	for _, c := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, stdout}, {errR, stderr}} {
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(c.w, c.r)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ws, werr := z.wait(pid)
+		r.reaped.Store(true)
+		// As exec.Cmd's WaitDelay: the rank's children may hold its
+		// output; read what comes for a while, then stop.
+		copied := make(chan struct{})
+		go func() { copies.Wait(); close(copied) }()
+		select {
+		case <-copied:
+		case <-time.After(outputWaitDelay):
+		}
+		outR.Close()
+		errR.Close()
+		<-copied
+		if flush != nil {
+			flush()
+		}
+		e := exit{LocalRank: local, Rank: rank}
+		switch {
+		case werr != nil:
+			// The zygote died, and the rank with it (its parent-death
+			// signal): as a rank killed by SIGKILL.
+			e.Code, e.Err = 128+int(syscall.SIGKILL), werr
+		case ws.Signaled():
+			e.Code = 128 + int(ws.Signal())
+		default:
+			e.Code = ws.ExitStatus()
+		}
+		exits <- e
+	}()
+	return r, nil
 }
 
 // exitCode is the process's exit status, 128+N for a signal N.
@@ -158,10 +310,8 @@ func waitErr(err error) error {
 // kill signals every started process group: for stopping, which must reach
 // what the ranks spawned.
 func (w *workers) kill(sig syscall.Signal) {
-	for _, c := range w.cmds {
-		if c.Process != nil {
-			_ = syscall.Kill(-c.Process.Pid, sig)
-		}
+	for _, r := range w.procs {
+		_ = syscall.Kill(-r.pid, sig)
 	}
 }
 
@@ -169,10 +319,8 @@ func (w *workers) kill(sig syscall.Signal) {
 // wants its children told (DataLoader workers, which mostly do not handle
 // HUP or USR1 and would die of it) does so itself.
 func (w *workers) signal(sig syscall.Signal) {
-	for _, c := range w.cmds {
-		if c.Process != nil {
-			_ = c.Process.Signal(sig)
-		}
+	for _, r := range w.procs {
+		r.signal(sig)
 	}
 }
 
@@ -230,4 +378,17 @@ func (l *lineWriter) flush() {
 		return
 	}
 	_, _ = l.Write([]byte{'\n'})
+}
+
+// startHint explains a rank that could not start for want of permission as
+// the task's user: the kernel does not say whether it was entering the
+// working directory (most often: the Nomad client's data_dir is not
+// traversable by the user) or executing the command.
+func startHint(s *Spec, dir string, err error) string {
+	if s.RunAs == nil || !errors.Is(err, os.ErrPermission) {
+		return ""
+	}
+	return fmt.Sprintf(" (the ranks run as user %s, who must be able to reach the working directory %s, "+
+		"which needs the Nomad client's data_dir and every directory above it traversable (e.g. mode 0711), "+
+		"and to execute the command)", s.RunAs.User, dir)
 }

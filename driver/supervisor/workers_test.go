@@ -43,8 +43,8 @@ func TestStopKillsProcessGroups(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	var pids []int
-	for _, c := range w.cmds {
-		pids = append(pids, c.Process.Pid)
+	for _, c := range w.procs {
+		pids = append(pids, c.pid)
 	}
 	start := time.Now()
 	w.stop(300 * time.Millisecond)
@@ -169,7 +169,7 @@ func TestKillGroupsKillsWhatTheRanksLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rank itself is gone; its child is left.
-	syscall.Kill(w.cmds[0].Process.Pid, syscall.SIGKILL)
+	syscall.Kill(w.procs[0].pid, syscall.SIGKILL)
 	<-w.done
 	killed, err := KillGroups(path)
 	if err != nil || len(killed) != 1 || killed[0] != w.groups[0].PGID {

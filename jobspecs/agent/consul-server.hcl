@@ -71,3 +71,26 @@ ports {
 #   ports { dns = -1, grpc = -1, grpc_tls = -1 }  # served by the client agent
 #
 # and the API is served by a Consul client agent (consul-client.hcl).
+#
+# With GPUJOB_DEV_TLS=1 the HTTP API moves to HTTPS on the same port
+# (ports { http = -1, https = 8500, grpc = -1 }) and every agent has
+#
+#   tls {
+#     defaults {
+#       ca_file = ".../consul-ca.pem", cert_file = ".../consul-server-1.pem", key_file = ".../consul-server-1-key.pem"
+#       verify_incoming = true, verify_outgoing = true
+#     }
+#     internal_rpc { verify_server_hostname = true }
+#   }
+#
+# With GPUJOB_DEV_ACL=1:
+#
+#   acl {
+#     enabled        = true
+#     default_policy = "deny"
+#     down_policy    = "extend-cache"
+#     tokens {
+#       initial_management = "<secret>"  # servers only; the first leader creates it
+#       agent              = "<secret>"  # a node identity for this agent's node name
+#     }
+#   }

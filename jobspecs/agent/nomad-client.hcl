@@ -112,5 +112,42 @@ plugin "nomad-device-gpujob" {
 # environment (scripts/dev-up.sh sets CONSUL_HTTP_ADDR and NOMAD_ADDR there).
 plugin "nomad-driver-gpujob" {
   config {
+    # The ranks of a task run as its `user`, else as default_user; the
+    # supervisor stays root to keep the Consul token from them. A task that
+    # would run as root (user "root", or default_user = "root") is refused
+    # unless allow_root = true. scripts/dev-up.sh keeps both defaults.
+    # default_user = "nobody"
+    # allow_root   = false
+    #
+    # With Consul ACLs and TLS (scripts/dev-up.sh with GPUJOB_DEV_ACL=1 and
+    # GPUJOB_DEV_TLS=1 renders these):
+    #
+    # consul {
+    #   address   = "127.0.0.1:8500"   # the HTTPS port; https because ca_file is set
+    #   token     = "<secret>"         # policy: jobspecs/acl/consul-gpujob-driver.hcl
+    #   ca_file   = "/etc/gpujob/tls/consul-ca.pem"
+    #   cert_file = "/etc/gpujob/tls/consul-cli.pem"
+    #   key_file  = "/etc/gpujob/tls/consul-cli-key.pem"
+    # }
+    #
+    # Unset fields fall back to the client's CONSUL_HTTP_ADDR,
+    # CONSUL_HTTP_TOKEN, CONSUL_CACERT, CONSUL_CLIENT_CERT and
+    # CONSUL_CLIENT_KEY. The driver reads the files and hands token and
+    # certificates to each task's supervisor in a file of the task's private
+    # directory (tmpfs, not served by Nomad's file API); the ranks never see
+    # them in their environment. Nomad's /v1/agent/self shows plugin configs
+    # to holders of agent:read, which only a management token has under the
+    # policies of jobspecs/acl/.
   }
 }
+
+# With GPUJOB_DEV_ACL=1 / GPUJOB_DEV_TLS=1 every Nomad agent also has
+#
+#   acl { enabled = true }
+#   tls {
+#     http = true, rpc = true, verify_server_hostname = true, verify_https_client = true
+#     ca_file = ".../nomad-ca.pem", cert_file = ".../nomad-client.pem", key_file = ".../nomad-client-key.pem"
+#   }
+#   consul { ssl = true, verify_ssl = true, ca_file, cert_file, key_file, token }
+#
+# the consul token's policy being jobspecs/acl/consul-nomad-agent.hcl.

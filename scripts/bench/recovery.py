@@ -9,6 +9,8 @@ measures every column once, in an order rotated by the run number:
             that scripts/bench/with-dev-cluster.sh started; once all 4 ranks step, kill -9 of
             one rank; the figure is kill -> the last of the 4 ranks' first step in a new
             process.
+  preload   the same job with preload = ["torch", "torch.distributed"]: the ranks of every
+            round are forked from interpreters that imported torch once (a warm restart).
   torchrun  python3 -m torch.distributed.run, c10d rendezvous on loopback, 2 agents x 2
             processes, --max-restarts 3 (torch 1.13 on Python 3.11 needs --redirects 1
             --tee 1); the same kill and the same figure. torchrun's own defaults otherwise
@@ -39,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "allreduce_loop.py")
 NNODES, NPROC = 2, 2
 WORLD = NNODES * NPROC
-COLUMNS = ["gpujob", "torchrun", "floor"]
+COLUMNS = ["gpujob", "preload", "torchrun", "floor"]
 
 
 class Steps:
@@ -108,12 +110,12 @@ def workload_args(a):
     return [WORKLOAD, "--interval", str(a.interval), "--max-seconds", str(a.max_seconds)]
 
 
-def gpujob_hcl(job, a, env):
+def gpujob_hcl(job, a, env, preload=False):
     args = ", ".join(bl.hcl_str(x) for x in workload_args(a))
     config = f"""        command        = "{bl.PYTHON}"
         args           = [{args}]
         nproc_per_node = {NPROC}
-        max_restarts   = 3
+        max_restarts   = 3{chr(10) + '        preload        = ["torch", "torch.distributed"]' if preload else ""}
         rendezvous {{
           nnodes       = "{NNODES}"
           port         = "rdzv"
@@ -134,12 +136,16 @@ def recovery_time(step_dir, a):
     return max(ts for _, ts in got.values()) - t_kill
 
 
-def run_gpujob(a, tag, trial, step_dir, cleanup):
+def run_gpujob(a, tag, trial, step_dir, cleanup, preload=False):
     nomad = bl.Nomad()
     job = trial
     cleanup.append(lambda: nomad.stop(job))
-    nomad.run(gpujob_hcl(job, a, trial_env(tag, trial, step_dir)))
+    nomad.run(gpujob_hcl(job, a, trial_env(tag, trial, step_dir), preload))
     return recovery_time(step_dir, a)
+
+
+def run_preload(a, tag, trial, step_dir, cleanup):
+    return run_gpujob(a, tag, trial, step_dir, cleanup, preload=True)
 
 
 def run_torchrun(a, tag, trial, step_dir, cleanup):
@@ -193,7 +199,7 @@ def stop_procs(procs):
             p.wait()
 
 
-RUNNERS = {"gpujob": run_gpujob, "torchrun": run_torchrun, "floor": run_floor}
+RUNNERS = {"gpujob": run_gpujob, "preload": run_preload, "torchrun": run_torchrun, "floor": run_floor}
 
 
 def main():
@@ -237,7 +243,8 @@ def main():
 
 def report(a, cols, figures):
     s = {c: bl.summary(figures[c]) for c in cols}
-    names = {"gpujob": "gpujob (kill -9 -> all 4 step)", "torchrun": "torchrun c10d (same)",
+    names = {"gpujob": "gpujob (kill -9 -> all 4 step)", "preload": "gpujob, preload (same)",
+             "torchrun": "torchrun c10d (same)",
              "floor": "floor: fresh launch -> all 4 step"}
     mi = a.torchrun_monitor_interval
     print(f"\nFailure -> all {WORLD} ranks stepping again ({NNODES} members x {NPROC} processes, "
@@ -246,7 +253,10 @@ def report(a, cols, figures):
     print("| " + " | ".join(names[c] for c in cols) + " |")
     print("|" + " --- |" * len(cols))
     print("| " + " | ".join(bl.fmt(s[c]) for c in cols) + " |")
-    g, t, f = (s.get(c, {"n": 0}) for c in COLUMNS)
+    g, p, t, f = (s.get(c, {"n": 0}) for c in COLUMNS)
+    if p["n"] and f["n"]:
+        print(f"\npreload: median {p['median']:.2f} s, floor {f['median']:.2f} s (target: below the floor "
+              f"and under 1.5 s: {'met' if p['median'] < f['median'] and p['median'] < 1.5 else 'NOT met'})")
     if g["n"] and f["n"]:
         d = g["median"] - f["median"]
         print(f"\ngpujob - floor (medians): {d:+.2f} s  (target <= +0.5 s: "

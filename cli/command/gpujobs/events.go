@@ -5,6 +5,7 @@
 package gpujobs
 
 import (
+	"regexp"
 	"strconv"
 	"time"
 
@@ -68,24 +69,31 @@ func (p Progress) RanksText() string {
 	}
 }
 
-// EventText is an event's message as `nomad alloc status` shows it.
+// EventText is an event's message as `nomad alloc status` shows it, less
+// the gRPC wrapping of an error that crossed the plugin boundary (a task
+// the driver refused to start): the reason is in plain words after it.
 func EventText(e *api.TaskEvent) string {
 	switch {
 	case e == nil:
 		return ""
 	case e.DisplayMessage != "":
-		return e.DisplayMessage
+		return unwrapRPC(e.DisplayMessage)
 	case e.DriverMessage != "":
 		return e.DriverMessage
 	case e.Message != "":
-		return e.Message
+		return unwrapRPC(e.Message)
 	case e.DriverError != "":
-		return e.DriverError
+		return unwrapRPC(e.DriverError)
 	case e.SetupError != "":
 		return e.SetupError
 	}
 	return e.Type
 }
+
+// rpcWrapping is how go-plugin's gRPC hands a plugin's error to Nomad.
+var rpcWrapping = regexp.MustCompile(`^rpc error: code = \w+ desc = `)
+
+func unwrapRPC(s string) string { return rpcWrapping.ReplaceAllString(s, "") }
 
 // DriverEvent is the gpujob driver's structured milestone in a task event:
 // its Details, as internal/taskevent defines them. ok is false for Nomad's

@@ -335,3 +335,22 @@ func TestReadLogKeepsTheTail(t *testing.T) {
 		t.Errorf("ReadLog error = %v", err)
 	}
 }
+
+// A task the driver refused to start fails with its error as gRPC carried it
+// across the plugin boundary: the member's failure is the plain words.
+func TestDriverFailureLosesItsRPCWrapping(t *testing.T) {
+	reason := `the task would run as root (user "root", the task's user), which the gpujob driver refuses: set allow_root = true`
+	e := &api.TaskEvent{Type: api.TaskDriverFailure, DisplayMessage: "rpc error: code = Unknown desc = " + reason,
+		DriverError: "rpc error: code = Unknown desc = " + reason}
+	if got := EventText(e); got != reason {
+		t.Fatalf("EventText = %q, want %q", got, reason)
+	}
+	if p := ParseEvents([]*api.TaskEvent{e}); p.Failure != reason {
+		t.Fatalf("failure %q, want %q", p.Failure, reason)
+	}
+	// A message that merely mentions rpc keeps every word.
+	plain := &api.TaskEvent{Type: api.TaskDriverFailure, DisplayMessage: "the rpc error: code = x was here"}
+	if got := EventText(plain); got != plain.DisplayMessage {
+		t.Fatalf("EventText = %q", got)
+	}
+}

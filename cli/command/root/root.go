@@ -66,7 +66,22 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 		submit.NewCmd, render.NewCmd, validate.NewCmd, status.NewCmd, logs.NewCmd,
 		stop.NewCmd, list.NewCmd, gpus.NewCmd,
 	} {
-		cmd.AddCommand(sub(f))
+		c := sub(f)
+		explainDenied(c)
+		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// explainDenied makes a command's ACL refusals name everything the command
+// needs (nomadapi.ForCommand), not only the rule of the request Nomad
+// refused first.
+func explainDenied(c *cobra.Command) {
+	run := c.RunE
+	if run == nil {
+		return
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		return nomadapi.ForCommand(cmd.Name(), run(cmd, args))
+	}
 }

@@ -99,6 +99,19 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 		fmt.Fprint(f.IO.ErrOut, spec.Format(d, files))
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s does not fit any node of the cluster at %s; nothing was submitted", path, nomad.Address())}
 	}
+	// A group the cluster could not hold even empty would be registered,
+	// partly placed, and wait on a rendezvous that can never complete:
+	// refuse it before anything is registered.
+	ask := explain.Ask{Workers: t.Workers, GPUsPerWorker: t.GPUsPerWorker, NodePool: t.NodePool,
+		Datacenters: t.Datacenters, CPU: t.Resources.CPU, MemoryMiB: t.Resources.TaskMemoryMiB()}
+	if t.GPU != nil {
+		ask.Model, ask.MinGPUMemoryMiB = t.GPU.Model, t.GPU.MinMemoryMiB
+	}
+	if c := explain.EmptyCapacity(ask, nodes); c.Workers < t.Workers {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(spec.CheckCapacity(t, c.Workers, c.String()), files))
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %d workers cannot fit the cluster at %s, which could hold at most %d; nothing was submitted",
+			path, t.Workers, nomad.Address(), c.Workers)}
+	}
 	job, err := nomad.ParseHCL(string(hcl), "")
 	if err != nil {
 		return err
@@ -116,8 +129,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if err != nil {
 		return err
 	}
-	why := explain.Placement(explain.Ask{Workers: t.Workers, GPUsPerWorker: t.GPUsPerWorker, NodePool: t.NodePool},
-		plan.FailedTGAllocs["train"], nodes)
+	why := explain.Placement(ask, plan.FailedTGAllocs["train"], nodes)
 	if why != "" && o.noQueue {
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
@@ -176,7 +188,8 @@ func deref(s *string) string {
 	return *s
 }
 
-// clusterGPUs reads every ready node's GPUs and who holds them.
+// clusterGPUs reads every ready node's GPUs and who holds them, and what
+// the node could give gpujob work when empty.
 func clusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 	stubs, _, err := nomad.Nodes(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	if err != nil {
@@ -187,18 +200,29 @@ func clusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 		if s.Status != "ready" {
 			continue
 		}
-		n := explain.Node{Name: s.Name, Pool: s.NodePool, Holds: map[string]int{}}
+		n := explain.Node{Name: s.Name, Pool: s.NodePool, Holds: map[string]int{}, Datacenter: s.Datacenter,
+			Ineligible: s.SchedulingEligibility == api.NodeSchedulingIneligible, DriverProblem: driverProblem(s.Drivers)}
 		healthy := map[string]bool{}
 		if s.NodeResources != nil {
+			n.CPU, n.MemoryMiB = s.NodeResources.Cpu.CpuShares, s.NodeResources.Memory.MemoryMB
+			if r := s.ReservedResources; r != nil {
+				n.CPU = max(n.CPU-int64(min(r.Cpu.CpuShares, uint64(n.CPU))), 0)
+				n.MemoryMiB = max(n.MemoryMiB-int64(min(r.Memory.MemoryMB, uint64(n.MemoryMiB))), 0)
+			}
 			for _, g := range s.NodeResources.Devices {
 				if g.Vendor != "nvidia" || g.Type != "gpu" {
 					continue
 				}
+				d := explain.Device{Model: g.Name, MemoryMiB: deviceMemoryMiB(g.Attributes[gpuMemoryAttr])}
 				for _, inst := range g.Instances {
 					if inst.Healthy {
 						healthy[inst.ID] = true
 						n.GPUs++
+						d.Healthy++
 					}
+				}
+				if d.Healthy > 0 {
+					n.Devices = append(n.Devices, d)
 				}
 			}
 		}
@@ -218,6 +242,43 @@ func clusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 		nodes = append(nodes, n)
 	}
 	return nodes, nil
+}
+
+// driverProblem says why a node cannot run the gpujob driver, from its
+// fingerprinted drivers; "" when it can, or when the node lists no drivers
+// at all (then nothing is known to refuse on).
+func driverProblem(drivers map[string]*api.DriverInfo) string {
+	if drivers == nil {
+		return ""
+	}
+	d := drivers[render.Driver]
+	switch {
+	case d == nil || !d.Detected:
+		return "no gpujob driver"
+	case !d.Healthy:
+		if d.HealthDescription != "" {
+			return "gpujob driver unhealthy: " + d.HealthDescription
+		}
+		return "gpujob driver unhealthy"
+	}
+	return ""
+}
+
+// gpuMemoryAttr is the device attribute `gpu { min_memory }` constrains.
+const gpuMemoryAttr = "memory"
+
+// deviceMemoryMiB reads a device group's memory attribute in MiB; 0 when it
+// is missing or in a unit not known here.
+func deviceMemoryMiB(a *api.Attribute) int64 {
+	if a == nil || a.IntVal == nil {
+		return 0
+	}
+	perMiB := map[string]float64{"": 1, "MiB": 1, "GiB": 1024, "TiB": 1 << 20, "MB": 1e6 / (1 << 20), "GB": 1e9 / (1 << 20)}
+	f, ok := perMiB[a.Unit]
+	if !ok {
+		return 0
+	}
+	return int64(float64(*a.IntVal) * f)
 }
 
 func mostGPUs(nodes []explain.Node) int {

@@ -3,6 +3,7 @@ package submit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,9 +45,13 @@ func cluster(t *testing.T) *nomadapi.Fake {
 	for i := 0; i < 4; i++ {
 		devs = append(devs, &api.NodeDevice{ID: "GPU-" + string(rune('a'+i)), Healthy: true})
 	}
-	f.SetNode(&api.Node{ID: "n1", Name: "gpu-1", Status: "ready", NodeResources: &api.NodeResources{
-		Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Tesla T4", Instances: devs}},
-	}})
+	f.SetNode(&api.Node{ID: "n1", Name: "gpu-1", Status: "ready", SchedulingEligibility: "eligible",
+		Drivers: map[string]*api.DriverInfo{"gpujob": {Detected: true, Healthy: true}},
+		NodeResources: &api.NodeResources{
+			Cpu:     api.NodeCpuResources{CpuShares: 8000},
+			Memory:  api.NodeMemoryResources{MemoryMB: 16384},
+			Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Tesla T4", Instances: devs}},
+		}})
 	f.ParseHCLFunc = func(hcl, vars string) (*api.Job, error) {
 		if !regexp.MustCompile(`driver\s*= "gpujob"`).MatchString(hcl) {
 			t.Errorf("ParseHCL got something other than a rendered gpujob jobspec:\n%s", hcl)
@@ -226,6 +231,8 @@ func TestSubmitRefusesBadSpecsAndOversizedWorkers(t *testing.T) {
 	}{
 		{"bad field", "train \"x\" {\n  command = \"/bin/true\"\n  worker  = 2\n}\n", "spec.hcl:3:3"},
 		{"more GPUs than any node", "train \"x\" {\n  command = \"/bin/true\"\n  gpus_per_worker = 8\n}\n", "spec.hcl:3:"},
+		{"job name escaping the checkpoint root", "train \"../../../../../tmp/escaped\" {\n  command = \"/bin/true\"\n}\n",
+			"spec.hcl:1:7: error: Invalid job name"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -262,5 +269,125 @@ func TestSubmitReplacesAFinishedJobButNotALiveOne(t *testing.T) {
 				t.Fatalf("live job: err %v, registered %d", err, len(f.Registered))
 			}
 		})
+	}
+}
+
+// node is a ready client with the gpujob driver, cpu MHz, mem MiB and gpus
+// healthy GPUs of model (16 GiB each).
+func node(id, name string, cpu, mem int64, model string, gpus int) *api.Node {
+	n := &api.Node{ID: id, Name: name, Datacenter: "dc1", NodePool: "default", Status: "ready", SchedulingEligibility: "eligible",
+		Drivers:       map[string]*api.DriverInfo{"gpujob": {Detected: true, Healthy: true}, "exec": {Detected: true, Healthy: true}},
+		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: cpu}, Memory: api.NodeMemoryResources{MemoryMB: mem}},
+		ReservedResources: &api.NodeReservedResources{Cpu: api.NodeReservedCpuResources{CpuShares: 100},
+			Memory: api.NodeReservedMemoryResources{MemoryMB: 256}},
+	}
+	if gpus > 0 {
+		memMiB := int64(16384)
+		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: model,
+			Attributes: map[string]*api.Attribute{"memory": {IntVal: &memMiB, Unit: "MiB"}}}
+		for i := 0; i < gpus; i++ {
+			d.Instances = append(d.Instances, &api.NodeDevice{ID: fmt.Sprintf("GPU-%s-%d", id, i), Healthy: true})
+		}
+		n.NodeResources.Devices = []*api.NodeDeviceResource{d}
+	}
+	return n
+}
+
+// bigCluster: two 4-GPU T4 nodes, one 8-GPU A100 node in pool "big", a CPU
+// node, and nodes that can take no work: drained, gpujob driver unhealthy,
+// down.
+func bigCluster(t *testing.T) (*nomadapi.Fake, *bool) {
+	f := nomadapi.NewFake()
+	f.SetNode(node("n1", "gpu-1", 16100, 32768, "Tesla T4", 4))
+	f.SetNode(node("n2", "gpu-2", 16100, 32768, "Tesla T4", 4))
+	big := node("n3", "gpu-3", 64100, 262400, "A100", 8)
+	big.NodePool = "big"
+	f.SetNode(big)
+	f.SetNode(node("n4", "cpu-1", 8100, 16640, "", 0))
+	drained := node("n5", "drained", 16100, 32768, "Tesla T4", 4)
+	drained.SchedulingEligibility = "ineligible"
+	f.SetNode(drained)
+	sick := node("n6", "sick", 16100, 32768, "Tesla T4", 4)
+	sick.Drivers["gpujob"] = &api.DriverInfo{Detected: true, Healthy: false, HealthDescription: "consul unreachable"}
+	f.SetNode(sick)
+	down := node("n7", "down", 16100, 32768, "Tesla T4", 4)
+	down.Status = "down"
+	f.SetNode(down)
+	planned := false
+	f.PlanFunc = func(*api.Job) (*api.JobPlanResponse, error) { planned = true; return &api.JobPlanResponse{}, nil }
+	f.ParseHCLFunc = func(hcl, vars string) (*api.Job, error) {
+		id := "x"
+		return &api.Job{ID: &id, Name: &id}, nil
+	}
+	return f, &planned
+}
+
+func TestSubmitRefusesAGroupTheEmptyClusterCannotHold(t *testing.T) {
+	train := func(lines ...string) string {
+		return "train \"x\" {\n  command = \"/bin/true\"\n" + strings.Join(lines, "\n") + "\n}\n"
+	}
+	cases := []struct {
+		name, spec string
+		most       int
+		want       []string
+	}{
+		{"GPU-bound", train("  workers = 5000"), 8, []string{
+			"spec.hcl:3:13: error: Spec cannot fit the cluster: ",
+			`train "x": workers = 5000 cannot fit: the cluster could hold at most 8 workers of this size (1 GPU(s), 1000 MHz CPU, 2048 MiB memory) even when empty`,
+			"(6 ready node(s): gpu-1 4 (GPUs), gpu-2 4 (GPUs), cpu-1 0 (no GPU), drained 0 (not eligible), gpu-3 0 (node pool big), sick 0 (gpujob driver unhealthy: consul unreachable))",
+			"ask for at most 8 workers"}},
+		// (16100-100) MHz / 5000 = 3 on each T4 node: CPU binds before GPUs.
+		{"CPU-bound", train("  workers = 7", "  resources {", "    cpu = 5000", "  }"), 6, []string{
+			"at most 6 workers of this size (1 GPU(s), 5000 MHz CPU, 2048 MiB memory)", "gpu-1 3 (CPU)"}},
+		// (32768-256) MiB / (8000+192) = 3 on each T4 node, 2 on the CPU node.
+		{"memory-bound CPU job", train("  workers = 20", "  gpus_per_worker = 0", "  resources {", "    memory = 8000", "    shm = 192", "  }"), 8, []string{
+			"at most 8 workers of this size (1000 MHz CPU, 8192 MiB memory)", "gpu-1 3 (memory)", "cpu-1 2 (memory)"}},
+		{"node pool", train("  workers = 3", "  gpus_per_worker = 4", `  node_pool = "big"`), 2, []string{
+			"at most 2 workers", "gpu-3 2 (GPUs)", "gpu-1 0 (node pool default)"}},
+		{"GPU model", train("  workers = 9", "  gpu {", `    model = "Tesla T4"`, "  }"), 8, []string{
+			"at most 8 workers", "gpu-1 4 (GPUs)"}},
+		{"GPU memory", train("  workers = 1", "  gpu {", `    min_memory = "32 GiB"`, "  }"), 0, []string{
+			"at most 0 workers", "gpu-1 0 (no matching GPU)", "ask for fewer workers, or smaller ones"}},
+		{"datacenter", train("  workers = 2", `  datacenters = ["dc2*"]`), 0, []string{
+			"at most 0 workers", "gpu-1 0 (datacenter dc1)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, planned := bigCluster(t)
+			_, errOut, err := runCmd(t, f, "--detach", writeSpec(t, c.spec))
+			var exit *ExitError
+			if !errors.As(err, &exit) || exit.Code != 1 {
+				t.Fatalf("error %v, want exit code 1\n%s", err, errOut)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("could hold at most %d; nothing was submitted", c.most)) {
+				t.Errorf("error %q does not give the largest feasible size %d", err, c.most)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("errors lack %q:\n%s", w, errOut)
+				}
+			}
+			if len(f.Registered) != 0 || *planned {
+				t.Errorf("refused, but registered %d job(s), planned %v", len(f.Registered), *planned)
+			}
+		})
+	}
+}
+
+// TestSubmitTakesAGroupThatFitsTheEmptyCluster: at the capacity exactly, or
+// below it with the GPUs held by others now, the job is submitted (queued).
+func TestSubmitTakesAGroupThatFitsTheEmptyCluster(t *testing.T) {
+	for _, workers := range []int{8, 3} {
+		f, planned := bigCluster(t)
+		// Another job holds every GPU of gpu-1 now: the group still fits
+		// the empty cluster, so it is queued, not refused.
+		f.SetAlloc(&api.Allocation{ID: "other", JobID: "bert-a", NodeID: "n1", ClientStatus: "running",
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+				Devices: []*api.AllocatedDeviceResource{{DeviceIDs: []string{"GPU-n1-0", "GPU-n1-1", "GPU-n1-2", "GPU-n1-3"}}}}}}})
+		src := fmt.Sprintf("train \"x\" {\n  command = \"/bin/true\"\n  workers = %d\n}\n", workers)
+		out, errOut, err := runCmd(t, f, "--detach", writeSpec(t, src))
+		if err != nil || len(f.Registered) != 1 || !*planned {
+			t.Fatalf("workers = %d: err %v, registered %d, planned %v\n%s%s", workers, err, len(f.Registered), *planned, out, errOut)
+		}
 	}
 }

@@ -125,10 +125,7 @@ func (w *watcher) report(ctx context.Context, a *api.AllocationListStub) {
 // event prints the driver's milestones and task failures; Nomad's
 // bookkeeping events (received, task setup) are left out.
 func (w *watcher) event(a *api.AllocationListStub, e *api.TaskEvent) {
-	msg := e.DisplayMessage
-	if msg == "" {
-		msg = e.Message
-	}
+	msg := gpujobs.EventText(e)
 	switch e.Type {
 	case "Driver":
 		w.printf("%s: %s", a.Name, msg)
@@ -230,11 +227,7 @@ func lastDriverEvent(a *api.AllocationListStub) string {
 	}
 	for i := len(ts.Events) - 1; i >= 0; i-- {
 		if e := ts.Events[i]; e.Type == "Driver" || e.Type == api.TaskDriverFailure || e.Type == api.TaskFailedValidation {
-			msg := e.DisplayMessage
-			if msg == "" {
-				msg = e.Message
-			}
-			return ": " + msg
+			return ": " + gpujobs.EventText(e)
 		}
 	}
 	return ""

@@ -83,6 +83,24 @@ func TestValidateErrors(t *testing.T) {
 	}
 }
 
+func TestValidateRefusesUnsafeJobNames(t *testing.T) {
+	for name, want := range map[string]string{
+		"../../../../../tmp/escaped": "starts with '.'",
+		"team/bert":                  "'/' (a path separator) at byte 4",
+		"a%2Fb":                      "'%' at byte 1",
+	} {
+		spec := filepath.Join(t.TempDir(), "spec.hcl")
+		os.WriteFile(spec, []byte("train \""+name+"\" {\n  command = \"/bin/true\"\n}\n"), 0o644)
+		out, errOut, err := execute(t, spec)
+		if err == nil || out != "" {
+			t.Errorf("%q: err %v, out %q", name, err, out)
+		}
+		if !strings.Contains(errOut, spec+":1:7: error: Invalid job name") || !strings.Contains(errOut, want) {
+			t.Errorf("%q: stderr lacks the position or %q:\n%s", name, want, errOut)
+		}
+	}
+}
+
 func TestValidateHelp(t *testing.T) {
 	out, _, err := execute(t, "--help")
 	if err != nil {

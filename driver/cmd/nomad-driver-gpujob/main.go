@@ -20,6 +20,9 @@ func main() {
 	if len(os.Args) == 3 && os.Args[1] == driver.SuperviseCommand {
 		os.Exit(supervisor.Main(os.Args[2]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == supervisor.RunAsCommand {
+		os.Exit(supervisor.RunAsMain(os.Args[2:]))
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nomad-driver-gpujob: locating its own binary: %v\n", err)

@@ -1,0 +1,30 @@
+# Consul policy of the gpujob task driver's token: the plugin config's
+# consul { token } (or CONSUL_HTTP_TOKEN in the Nomad client's environment).
+# The driver hands the token to each task's supervisor, which runs the
+# rendezvous; nothing else in gpujob talks to Consul.
+#
+#   consul acl policy create -name gpujob-driver -rules @jobspecs/acl/consul-gpujob-driver.hcl
+#   consul acl token create -policy-name gpujob-driver -description "gpujob task driver"
+#
+# scripts/dev-up.sh applies it with GPUJOB_DEV_ACL=1 (make dev ACL=1).
+
+# The rendezvous keeps every record under the plugin's key_prefix
+# ("gpujob/rendezvous" by default; change both together): it reads, writes,
+# locks (acquire/release with its session), checks-and-sets, deletes and
+# lists keys there, and deletes a finished run's tree. The trailing slash
+# keeps a sibling such as gpujob/rendezvous-other out of reach.
+key_prefix "gpujob/rendezvous/" {
+  policy = "write"
+}
+
+# Each supervisor creates, renews and destroys a session (the TTL that makes
+# a dead member's registration vanish) and reads it back. Sessions belong to
+# the node of the Consul agent the supervisor talks to, which differs from
+# one Nomad client to the next while the token is the same for all, hence a
+# prefix of "". Where every client has its own token, narrow it to that
+# node: session "<node name>" { policy = "write" }.
+# Nothing else: no node, service, agent, operator or ACL rule. A session's
+# node checks (serfHealth) are verified by the servers without the token.
+session_prefix "" {
+  policy = "write"
+}
