@@ -30,6 +30,7 @@ func benchConsul(b *testing.B) (string, *api.Client, *countingTransport) {
 	count := &countingTransport{base: &http.Transport{
 		MaxIdleConnsPerHost: 8192,
 		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // as the supervisor's client (consulClient)
 	}}
 	cfg := api.DefaultConfig()
 	cfg.Address = addr
@@ -125,5 +126,26 @@ func BenchmarkRound(b *testing.B) {
 			}
 			b.ReportMetric(float64(reqs)/float64(b.N*m), "req/member")
 		})
+	}
+}
+
+// BenchmarkDecodeRoster: what every member of a 1024-member round spends
+// reading the roster that completes it (BenchmarkRound runs 1024 of these
+// on one machine).
+//
+//	go test -short -run '^$' -bench DecodeRoster ./driver/rendezvous/
+func BenchmarkDecodeRoster(b *testing.B) {
+	ms := make([]Member, 1024)
+	for i := range ms {
+		ms[i] = Member{ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), Name: memberName(i), Addr: fmt.Sprintf("10.0.%d.%d:29500", i/256, i%256), LocalWorldSize: 8}
+	}
+	sortMembers(ms)
+	data := encodeRoster(3, ms)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, got, err := decodeRoster(data); err != nil || len(got) != len(ms) {
+			b.Fatal(len(got), err)
+		}
 	}
 }

@@ -15,23 +15,26 @@ import (
 // lose a write, never corrupt one. A write or read that fails is retried
 // with backoff on a timer of its own: nothing may change in Consul after a
 // failed write, so waiting for a change could wait for ever.
-func (r *Rendezvous) coordinate(ctx context.Context) {
+//
+// created says that this coordinator created round 1 as it took the lock:
+// until the watch shows that record, there is nothing to decide.
+func (r *Rendezvous) coordinate(ctx context.Context, created bool) {
 	views := make(chan memberView, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() { defer close(watching); r.watchMembers(ctx, views) }()
 	defer func() { cancel(); <-watching }()
 
-	p := policy{Min: r.cfg.Min, Max: r.cfg.Max, MaxRestarts: r.cfg.MaxRestarts}
+	p := r.policy()
 	var (
 		view      *memberView
 		lc        lastCall
 		lcTimer   *time.Timer
 		lcC       <-chan time.Time
-		wrote     bool     // wroteFrom is set
-		wroteFrom uint64   // round index our last successful write replaced
-		rosterN   int      // round number of roster
-		roster    []Member // members of the latest complete round
+		wrote     = created // wroteFrom is set
+		wroteFrom uint64    // round index our last successful write replaced (0: none was there)
+		rosterN   int       // round number of roster
+		roster    []Member  // members of the latest complete round
 		bo        = newBackoff()
 	)
 	stopLastCall := func() {
@@ -50,9 +53,9 @@ func (r *Rendezvous) coordinate(ctx context.Context) {
 		if st.ok && !(wrote && st.snap.roundIndex == wroteFrom) {
 			rec := st.snap.round
 			if rec != nil && rec.Status == statusComplete && rosterN != rec.Number {
-				// Another coordinator completed this round: read its
-				// roster once.
-				ms, err := r.getRoster(ctx, rec.Number)
+				// Another coordinator completed this round: its roster
+				// came with the record.
+				ms, err := r.snapRoster(st.snap, rec.Number)
 				if err != nil {
 					failed = err
 				} else if ms != nil {
@@ -108,6 +111,11 @@ func (r *Rendezvous) coordinate(ctx context.Context) {
 		case <-retryC:
 		}
 	}
+}
+
+// policy is what this member's run was configured with.
+func (r *Rendezvous) policy() policy {
+	return policy{Min: r.cfg.Min, Max: r.cfg.Max, MaxRestarts: r.cfg.MaxRestarts}
 }
 
 // writeTransition writes t over the round record with ModifyIndex idx.

@@ -8,14 +8,15 @@
 //
 // Everything of a run lives under P = Prefix + "/" + RunID + "/":
 //
-//	P/ctl/round       the round record (JSON): number, status, restarts, members
-//	                  in rank order, last failure. Written only with
-//	                  check-and-set on its ModifyIndex.
+//	P/ctl/round       the round record (JSON): number, status, restarts, size,
+//	                  last failure. Written only with check-and-set on its
+//	                  ModifyIndex.
 //	P/ctl/leader      the coordinator lock, acquired with a member's session.
-//	P/roster          members of the latest complete round in rank order
-//	                  (gzip'd text, one member a line), written in the same
-//	                  transaction that marks the round complete; read once
-//	                  per member per round, kept out of the watched record.
+//	P/ctl/roster      members of the complete round in rank order (gzip'd
+//	                  text, one member a line), written in the transaction
+//	                  that marks the round complete and deleted in the one
+//	                  that ends it: the watch answer that shows a round
+//	                  complete carries its roster.
 //	P/m/live/<ID>     a member's registration, acquired with its session (so
 //	                  it vanishes when the session is invalidated: allocation
 //	                  lost, node down, TTL missed); value {member, generation}.
@@ -24,9 +25,10 @@
 //	                  member that finished and left from one that died.
 //
 // Members block on P/ctl/ only, a prefix that changes a handful of times per
-// round (leader elected, round opened, round complete, round ended). Only the
+// round (leader elected with round 1, round complete, round ended). Only the
 // coordinator watches P/m/, which changes with every join. That keeps the
-// requests per member constant in the number of members.
+// requests per member constant in the number of members: about five to the
+// first round (session, watch, registration, two watch answers).
 //
 // Runs of one job: with Config.RunGroup = "ns/job" and RunID =
 // "ns/job/<submission>", each submission of the job is its own run with its
@@ -55,12 +57,18 @@
 //     renewed; it deletes the dead runs of its RunGroup; one background
 //     goroutine per member long-polls P/ctl/ with blocking queries and
 //     publishes what it sees.
-//  2. Whenever P/ctl/leader is free, a member tries to acquire it; the holder
-//     runs the coordinator until its session or the lock goes.
+//  2. Whenever P/ctl/leader is free, a member tries to acquire it, after a
+//     random wait of up to 2 ms a member of Max (at most 2 s), unless the
+//     watch shows it taken first: every try is a Raft write, and all
+//     members see the lock free at once. The first holder creates round 1
+//     in the same transaction. The holder runs the coordinator until its
+//     session or the lock goes.
 //  3. Join registers P/m/live/<ID> with the generation it wants: the open
 //     round's number, or the next one if the current round is already
-//     complete without it (a late joiner or a spare).
-//  4. The coordinator creates round 1, and for an open round N counts live
+//     complete without it (a late joiner or a spare). Nobody registers
+//     before round 1 exists: while P/ctl/ holds no key, Consul wakes every
+//     watch of it on each write nearby.
+//  4. The coordinator for an open round N counts live
 //     registrations for N: with Max of them, or with at least Min once
 //     LastCall has passed since Min was reached, it writes the roster and
 //     CAS-marks the round complete in one transaction.

@@ -109,13 +109,20 @@ func (r *Rendezvous) joinStep(ctx context.Context, st memberState, timedOut bool
 	r.mu.Unlock()
 	switch {
 	case rec == nil:
-		// The coordinator creates round 1; register for it meanwhile.
-		if registered != 1 {
-			if err := r.register(ctx, sid, 1); err != nil {
+		// The first coordinator creates round 1 as it takes the lock;
+		// register once the watch shows it. Not before: while P/ctl/
+		// holds no key, Consul wakes every member's watch of it on
+		// every write near it, and registrations are such writes.
+		if timedOut {
+			// Our watch may lag (or Consul be down): ask Consul
+			// itself whether round 1 is still to come.
+			cur, _, err := r.getRound(ctx)
+			if err != nil {
 				return nil, err
 			}
-		}
-		if timedOut {
+			if cur != nil {
+				break // the watch will show it
+			}
 			return nil, &JoinTimeoutError{RunID: r.cfg.RunID, Round: 1, Timeout: r.cfg.JoinTimeout.String(), Min: r.cfg.Min, Max: r.cfg.Max, Missing: r.cfg.Expected}
 		}
 	case rec.terminal():
@@ -148,12 +155,12 @@ func (r *Rendezvous) joinStep(ctx context.Context, st memberState, timedOut bool
 			// (e.g. right after our own Fail): wait for the next.
 			break
 		}
-		members, err := r.getRoster(ctx, rec.Number)
+		members, err := r.snapRoster(st.snap, rec.Number)
 		if err != nil {
 			return nil, err
 		}
 		if members == nil {
-			break // the roster has moved on: so will the record
+			break // no roster of this round: wait for the record to move on
 		}
 		if rd, ok := buildRound(rec, members, r.self.ID); ok {
 			if registered != rec.Number {
@@ -293,13 +300,19 @@ func (r *Rendezvous) checkSession(sid string) {
 	}
 }
 
-// casRound writes rec if P/ctl/round still has ModifyIndex idx (0: absent).
+// casRound writes rec, a round that is not complete (completeRound writes
+// those), if P/ctl/round still has ModifyIndex idx (0: absent). The roster
+// of the round it replaces goes in the same transaction, so that the watch
+// of P/ctl/ carries a roster only while its round is complete.
 func (r *Rendezvous) casRound(ctx context.Context, rec *roundRecord, idx uint64) (bool, error) {
 	val, err := json.Marshal(rec)
 	if err != nil {
 		return false, permanent(fmt.Errorf("rendezvous %s: encode round %d: %w", r.cfg.RunID, rec.Number, err))
 	}
-	ok, _, err := r.kv.CAS(&api.KVPair{Key: r.key(roundKey), Value: val, ModifyIndex: idx}, (&api.WriteOptions{}).WithContext(ctx))
+	ok, _, _, err := r.kv.Txn(api.KVTxnOps{
+		{Verb: api.KVCAS, Key: r.key(roundKey), Value: val, Index: idx},
+		{Verb: api.KVDelete, Key: r.key(rosterKey)},
+	}, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return false, fmt.Errorf("rendezvous %s: write round %d (%s): %w", r.cfg.RunID, rec.Number, rec.Status, err)
 	}
@@ -323,8 +336,36 @@ func (r *Rendezvous) completeRound(ctx context.Context, rec *roundRecord, member
 	return ok, nil
 }
 
-// getRoster reads the members of complete round number; nil, nil when the
-// roster already belongs to another round.
+// snapRoster decodes the roster that came with snapshot s and returns its
+// members if it is round number's; nil, nil if it is absent or another
+// round's. Each version of the roster is decoded once per member: the
+// watch hands the same bytes to every later snapshot.
+func (r *Rendezvous) snapRoster(s snapshot, number int) ([]Member, error) {
+	if s.rosterIndex == 0 {
+		return nil, nil
+	}
+	r.mu.Lock()
+	c := r.rosterCache
+	r.mu.Unlock()
+	if c.index != s.rosterIndex {
+		n, ms, err := decodeRoster(s.roster)
+		if err != nil {
+			return nil, permanent(fmt.Errorf("rendezvous %s: %w", r.cfg.RunID, err))
+		}
+		c = decodedRoster{index: s.rosterIndex, number: n, members: ms}
+		r.mu.Lock()
+		r.rosterCache = c
+		r.mu.Unlock()
+	}
+	if c.number != number {
+		return nil, nil
+	}
+	return c.members, nil
+}
+
+// getRoster reads the members of complete round number from Consul (for
+// those that need a fresh view, not the watch's); nil, nil when the roster
+// is absent or another round's.
 func (r *Rendezvous) getRoster(ctx context.Context, number int) ([]Member, error) {
 	p, _, err := r.kv.Get(r.key(rosterKey), (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {

@@ -22,7 +22,7 @@ const (
 	livePrefix = "m/live/"
 	donePrefix = "m/done/"
 	memberPfx  = "m/"
-	rosterKey  = "roster"
+	rosterKey  = "ctl/roster"
 )
 
 // Round record statuses.
@@ -73,6 +73,11 @@ type snapshot struct {
 	round      *roundRecord
 	roundIndex uint64 // ModifyIndex of P/ctl/round, 0 if absent
 	leader     string // session holding P/ctl/leader, "" if none
+	// roster is P/ctl/roster as stored (gzip'd), decoded only by whoever
+	// needs it (Rendezvous.snapRoster), once per version; rosterIndex is
+	// its ModifyIndex, 0 if absent.
+	roster      []byte
+	rosterIndex uint64
 }
 
 // Limits on what a member accepts from Consul. Every value under P/ was
@@ -97,11 +102,15 @@ const (
 // checkMember reports a member that Open would not have let take part (see
 // New): one whose ID cannot be a key segment, or whose fields would break
 // the roster's one-line-per-member, tab-separated text.
+//
+// It allocates nothing: decodeRoster calls it for every line of every
+// roster. (Without '/', the ID is one key segment: cleanKeyPath reduces to
+// the three names checked first.)
 func checkMember(m Member) error {
 	switch {
-	case !cleanKeyPath(m.ID) || strings.ContainsAny(m.ID, "/ \t\n"):
+	case m.ID == "" || m.ID == "." || m.ID == ".." || strings.ContainsAny(m.ID, "/ \t\n"):
 		return fmt.Errorf("member ID %q: must be non-empty, not \".\" or \"..\", without '/', spaces, tabs or newlines", m.ID)
-	case m.Name == "" || strings.ContainsAny(m.Name+m.Addr, "\t\n"):
+	case m.Name == "" || strings.ContainsAny(m.Name, "\t\n") || strings.ContainsAny(m.Addr, "\t\n"):
 		return fmt.Errorf("member %q: name %q / address %q must be non-empty (the name) without tabs or newlines", m.ID, m.Name, m.Addr)
 	case m.LocalWorldSize < 1 || m.LocalWorldSize > MaxLocalWorldSize:
 		return fmt.Errorf("member %q: local world size %d outside [1, %d]", m.ID, m.LocalWorldSize, MaxLocalWorldSize)
@@ -159,6 +168,8 @@ func parseControl(base string, pairs api.KVPairs) (snapshot, error) {
 			s.roundIndex = p.ModifyIndex
 		case leaderKey:
 			s.leader = p.Session
+		case rosterKey:
+			s.roster, s.rosterIndex = p.Value, p.ModifyIndex
 		}
 	}
 	return s, nil
@@ -278,12 +289,17 @@ func cmpInt(a, b int) int {
 	return 0
 }
 
-// The roster (P/roster) lists the members of the latest complete round in
-// rank order. It is kept out of the round record, which every member long-
-// polls, so that the record stays small and the roster crosses the wire once
-// per member per round; and it is plain text, one member a line, because at
-// a thousand members nested JSON decoded by every member dominated the time
-// to a complete round.
+// The roster (P/ctl/roster) lists the members of the complete round in rank
+// order. It lives beside the round record under the prefix every member
+// long-polls, and only while that round is complete (the write that ends a
+// round deletes it), so the watch answer that shows the round complete
+// carries it: no member needs a request of its own to read it (at a
+// thousand members those reads were a third of the time to a complete
+// round), and it crosses the wire once per member per round. It is kept out
+// of the round record itself so that the coordinator's CAS writes stay
+// small, and it is plain text, one member a line, because at a thousand
+// members nested JSON decoded by every member dominated the time to a
+// complete round.
 const rosterHeader = "gpujob-roster v1 "
 
 // The stored roster is gzip-compressed text: compressed once by the
@@ -347,17 +363,21 @@ func decodeRoster(data []byte) (int, []Member, error) {
 	}
 	ms := make([]Member, 0, n+1)
 	ids := make(map[string]bool, n+1)
+	// Every member decodes the roster of every round it joins, so this
+	// loop allocates nothing per line: the fields are substrings of s.
 	for rest != "" {
 		line, rest, _ = strings.Cut(rest, "\n")
-		f := strings.Split(line, "\t")
-		if len(f) != 4 {
+		id, f, ok1 := strings.Cut(line, "\t")
+		name, f, ok2 := strings.Cut(f, "\t")
+		addr, size, ok3 := strings.Cut(f, "\t")
+		if !ok1 || !ok2 || !ok3 || strings.IndexByte(size, '\t') >= 0 {
 			return 0, nil, fmt.Errorf("roster: bad line %q", line)
 		}
-		lws, err := strconv.Atoi(f[3])
+		lws, err := strconv.Atoi(size)
 		if err != nil {
 			return 0, nil, fmt.Errorf("roster: bad local world size in %q: %w", line, err)
 		}
-		m := Member{ID: f[0], Name: f[1], Addr: f[2], LocalWorldSize: lws}
+		m := Member{ID: id, Name: name, Addr: addr, LocalWorldSize: lws}
 		if err := checkMember(m); err != nil {
 			return 0, nil, fmt.Errorf("roster: %w", err)
 		}

@@ -129,13 +129,25 @@ type Rendezvous struct {
 	// session's loss as this member's failure.
 	lastReturned int
 	roundSession *Session
-	closedCh     chan struct{} // closed by Close
-	opened       bool
-	closed       bool
-	stopping     bool // Stop: the run ends with this member if it is the last
+	// rosterCache is the last roster snapRoster decoded.
+	rosterCache decodedRoster
+	// campaignSpread is campaignSpread (election.go); tests replace it.
+	campaignSpread func(members int) time.Duration
+	closedCh       chan struct{} // closed by Close
+	opened         bool
+	closed         bool
+	stopping       bool // Stop: the run ends with this member if it is the last
 
 	cancel context.CancelFunc // stops the background work; nil until Open succeeds
 	wg     sync.WaitGroup
+}
+
+// decodedRoster is a roster as decodeRoster returned it, with the
+// ModifyIndex of the key it was read from.
+type decodedRoster struct {
+	index   uint64
+	number  int
+	members []Member
 }
 
 // New validates the configuration and fills in defaults. It does no I/O.
@@ -215,6 +227,8 @@ func New(cfg Config, self Member) (*Rendezvous, error) {
 		base:     cfg.Prefix + "/" + cfg.RunID + "/",
 		changed:  make(chan struct{}),
 		closedCh: make(chan struct{}),
+
+		campaignSpread: campaignSpread,
 	}, nil
 }
 
