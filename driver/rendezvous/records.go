@@ -3,10 +3,12 @@ package rendezvous
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -338,7 +340,15 @@ func decodeRoster(data []byte) (int, []Member, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("roster: %w", err)
 	}
-	raw, err := io.ReadAll(io.LimitReader(zr, maxRosterBytes+1))
+	// gzip's trailer gives the size (mod 2^32) the text claims: read into
+	// a buffer of that size at once (bounded: the claim is untrusted)
+	// instead of growing one by doubling.
+	var buf bytes.Buffer
+	if n := len(data); n >= 4 {
+		buf.Grow(int(min(binary.LittleEndian.Uint32(data[n-4:]), maxRosterBytes+1)))
+	}
+	_, err = buf.ReadFrom(io.LimitReader(zr, maxRosterBytes+1))
+	raw := buf.Bytes()
 	if err != nil {
 		return 0, nil, fmt.Errorf("roster: %w", err)
 	}
@@ -362,7 +372,7 @@ func decodeRoster(data []byte) (int, []Member, error) {
 		return 0, nil, fmt.Errorf("roster: more than %d members", MaxMembers)
 	}
 	ms := make([]Member, 0, n+1)
-	ids := make(map[string]bool, n+1)
+	ids := make([]string, 0, n+1) // sorted below to find an ID listed twice
 	// Every member decodes the roster of every round it joins, so this
 	// loop allocates nothing per line: the fields are substrings of s.
 	for rest != "" {
@@ -381,14 +391,17 @@ func decodeRoster(data []byte) (int, []Member, error) {
 		if err := checkMember(m); err != nil {
 			return 0, nil, fmt.Errorf("roster: %w", err)
 		}
-		if ids[m.ID] {
-			return 0, nil, fmt.Errorf("roster: member %q listed twice", m.ID)
-		}
 		if len(ms) > 0 && !memberLess(ms[len(ms)-1], m) {
 			return 0, nil, fmt.Errorf("roster: member %q (%s) out of rank order", m.ID, m.Name)
 		}
-		ids[m.ID] = true
+		ids = append(ids, m.ID)
 		ms = append(ms, m)
+	}
+	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			return 0, nil, fmt.Errorf("roster: member %q listed twice", ids[i])
+		}
 	}
 	// A round completes with at least Min >= 1 members.
 	if len(ms) == 0 || len(ms) > MaxMembers {

@@ -13,7 +13,11 @@ Each run measures both columns once, in an order rotated by the run number; ever
 covers M = 8, 64, 256, 1024. Prints per M each column's median (min-max) and the requests per
 member.
 
-    scripts/bench/rdzv-scale.sh [--runs 5]
+  --baseline REV adds a third column: the 3 servers again, with the rendezvous as of git revision
+  REV (built from a worktree of it), interleaved with the others: a change measured against the
+  code it replaced, in the same run.
+
+    scripts/bench/rdzv-scale.sh [--runs 5] [--baseline REV]
 """
 import argparse
 import os
@@ -47,6 +51,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--baseline", metavar="REV", help="also measure the rendezvous of git revision REV on the 3 servers")
     a = ap.parse_args()
     if a.runs < 1:
         ap.error("--runs >= 1")
@@ -56,18 +61,37 @@ def main():
     bl.exit_on_signals()
     tag = bl.new_tag("bench-rdzv-scale")
     base = {k: v for k, v in os.environ.items() if k != "GPUJOB_BENCH_CONSUL_ADDR"}
-    envs = {"dev agent": dict(base, BENCH_TAG=tag),
-            "3 servers": dict(base, BENCH_TAG=tag, GPUJOB_BENCH_CONSUL_ADDR=addr.removeprefix("http://"))}
-    secs = {(c, m): [] for c in COLUMNS for m in MS}
-    reqs = {(c, m): [] for c in COLUMNS for m in MS}
+    servers = dict(base, BENCH_TAG=tag, GPUJOB_BENCH_CONSUL_ADDR=addr.removeprefix("http://"))
+    envs = {"dev agent": dict(base, BENCH_TAG=tag), "3 servers": servers}
+    columns = list(COLUMNS)
+    if a.baseline:
+        rev = subprocess.run(["git", "rev-parse", "--short", a.baseline + "^{commit}"], cwd=REPO, check=True,
+                             stdout=subprocess.PIPE, text=True).stdout.strip()
+        baseline_col = f"3 servers, {rev}"
+        columns.append(baseline_col)
+        envs[baseline_col] = servers
+    secs = {(c, m): [] for c in columns for m in MS}
+    reqs = {(c, m): [] for c in columns for m in MS}
     with bl.scratch_dir(tag) as scratch:
         test_bin = os.path.join(scratch, "rendezvous.test")
         bl.log("building the rendezvous test binary")
         subprocess.run(["go", "test", "-c", "-o", test_bin, "./driver/rendezvous/"], cwd=REPO, check=True)
+        bins = {c: test_bin for c in columns}
+        if a.baseline:
+            tree = os.path.join(scratch, "baseline")
+            bl.log(f"building the rendezvous test binary of {rev}")
+            subprocess.run(["git", "worktree", "add", "--detach", tree, rev], cwd=REPO, check=True,
+                           stdout=subprocess.DEVNULL)
+            try:
+                bins[baseline_col] = os.path.join(scratch, "rendezvous-baseline.test")
+                subprocess.run(["go", "test", "-c", "-o", bins[baseline_col], "./driver/rendezvous/"], cwd=tree,
+                               check=True)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, check=False)
         for i in range(a.runs):
-            for col in bl.rotated(COLUMNS, i):
+            for col in bl.rotated(columns, i):
                 try:
-                    got = bench(test_bin, envs[col])
+                    got = bench(bins[col], envs[col])
                     bl.log(f"run {i + 1}/{a.runs} {col}: " +
                            ", ".join(f"M={m} {got[m][0]:.3f} s" for m in MS))
                 except Exception as e:
@@ -79,17 +103,18 @@ def main():
 
     print(f"\nRendezvous scale, M in-process members, nothing -> every member holds the round "
           f"(median (min-max) of {a.runs} interleaved runs):\n")
-    print("| M | dev agent (in memory) | 3 servers, data on disk, via a client agent "
-          "| requests per member (dev / 3 servers) |")
-    print("| --- | --- | --- | --- |")
+    extra = f" | 3 servers, the rendezvous of {columns[2].split(', ')[1]}" if a.baseline else ""
+    print("| M | dev agent (in memory) | 3 servers, data on disk, via a client agent" + extra +
+          f" | requests per member ({' / '.join(columns)}) |")
+    print("| --- " * (len(columns) + 2) + "|")
     rows = []
     for m in MS:
-        s = {c: bl.summary(secs[(c, m)]) for c in COLUMNS}
-        r = {c: bl.summary(reqs[(c, m)]) for c in COLUMNS}
-        per = " / ".join(f"{r[c]['median']:.1f}" if r[c]["n"] else "-" for c in COLUMNS)
-        print(f"| {m} | " + " | ".join(bl.fmt(s[c], digits=3) for c in COLUMNS) + f" | {per} |")
-        rows.append({"m": m, "raw": {c: secs[(c, m)] for c in COLUMNS},
-                     "requests_per_member": {c: reqs[(c, m)] for c in COLUMNS}, "summary": s})
+        s = {c: bl.summary(secs[(c, m)]) for c in columns}
+        r = {c: bl.summary(reqs[(c, m)]) for c in columns}
+        per = " / ".join(f"{r[c]['median']:.1f}" if r[c]["n"] else "-" for c in columns)
+        print(f"| {m} | " + " | ".join(bl.fmt(s[c], digits=3) for c in columns) + f" | {per} |")
+        rows.append({"m": m, "raw": {c: secs[(c, m)] for c in columns},
+                     "requests_per_member": {c: reqs[(c, m)] for c in columns}, "summary": s})
     s = bl.summary(secs[("3 servers", 1024)])
     if s["n"]:
         met = "met" if s["median"] < 3 else "NOT met"
