@@ -43,28 +43,35 @@ type clusterOptions struct {
 // one Consul server.
 var dev *cluster
 
-// consulHA is the cluster of the tests that need a 3-server Consul (and a
-// Consul client agent); the first such test starts it, TestMain stops it.
-var consulHA struct {
+// sharedCluster is a cluster some tests share beside dev: the first test
+// that asks for it starts it, TestMain stops it.
+type sharedCluster struct {
+	what string // for the failure: "the 3-server-Consul cluster"
+	opts clusterOptions
 	once sync.Once
 	c    *cluster
 }
 
-// haCluster returns the shared 3-server-Consul cluster, starting it the
-// first time.
-func haCluster(t *testing.T) *cluster {
+// get returns the cluster, starting it the first time.
+func (s *sharedCluster) get(t *testing.T) *cluster {
 	t.Helper()
 	if dev == nil {
 		t.Skip("e2e disabled: set GPUJOB_E2E=1")
 	}
-	consulHA.once.Do(func() {
-		consulHA.c = startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3})
-	})
-	if consulHA.c.failed != "" {
-		t.Fatalf("the 3-server-Consul cluster did not start: %s", consulHA.c.failed)
+	s.once.Do(func() { s.c = startClusterOpts(s.opts) })
+	if s.c.failed != "" {
+		t.Fatalf("%s did not start: %s", s.what, s.c.failed)
 	}
-	return consulHA.c
+	return s.c
 }
+
+// consulHA is the cluster of the tests that need a 3-server Consul (and a
+// Consul client agent).
+var consulHA = &sharedCluster{what: "the 3-server-Consul cluster",
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3}}
+
+// haCluster returns the shared 3-server-Consul cluster.
+func haCluster(t *testing.T) *cluster { return consulHA.get(t) }
 
 const fakeGPUsPerClient = 4
 

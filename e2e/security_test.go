@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +17,10 @@ import (
 // secure is the cluster of the security tests: ACLs (default deny) and
 // mutual TLS for Nomad and Consul, as `make dev ACL=1 TLS=1` starts it, one
 // client. The first such test starts it, TestMain stops it.
-var secure struct {
-	once sync.Once
-	c    *cluster
-}
+var secure = &sharedCluster{what: "the ACL and TLS cluster",
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 19000, acl: true, tls: true}}
 
-func secureCluster(t *testing.T) *cluster {
-	t.Helper()
-	if dev == nil {
-		t.Skip("e2e disabled: set GPUJOB_E2E=1")
-	}
-	secure.once.Do(func() {
-		secure.c = startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 19000, acl: true, tls: true})
-	})
-	if secure.c.failed != "" {
-		t.Fatalf("the ACL and TLS cluster did not start: %s", secure.c.failed)
-	}
-	return secure.c
-}
+func secureCluster(t *testing.T) *cluster { return secure.get(t) }
 
 // cliEnv is the CLI's environment for the secure cluster: what the env file
 // of dev-up says for the address and TLS (nothing of the test's own NOMAD_*

@@ -16,6 +16,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/ctyval"
 	"github.com/gpujob/gpujob/internal/safename"
 )
 
@@ -64,7 +65,7 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 
 	job := root.AppendNewBlock("job", []string{t.Name}).Body()
 	job.SetAttributeValue("type", cty.StringVal("batch"))
-	job.SetAttributeValue("datacenters", stringList(t.Datacenters))
+	job.SetAttributeValue("datacenters", ctyval.Strings(t.Datacenters))
 	if t.Namespace != "" {
 		job.SetAttributeValue("namespace", cty.StringVal(t.Namespace))
 	}
@@ -81,7 +82,7 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	meta[MetaKind] = MetaKindTrain
 	meta[MetaWorkers] = strconv.Itoa(t.Workers)
 	meta[MetaGPUsPerWorker] = strconv.Itoa(t.GPUsPerWorker)
-	job.SetAttributeValue("meta", stringMap(meta))
+	job.SetAttributeValue("meta", ctyval.StringMap(meta))
 	job.AppendNewline()
 
 	group := job.AppendNewBlock("group", []string{Group}).Body()
@@ -112,13 +113,13 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	config := task.AppendNewBlock("config", nil).Body()
 	config.SetAttributeValue("command", cty.StringVal(t.Command))
 	if len(t.Args) > 0 {
-		config.SetAttributeValue("args", stringList(t.Args))
+		config.SetAttributeValue("args", ctyval.Strings(t.Args))
 	}
 	if t.Workdir != "" {
 		config.SetAttributeValue("workdir", cty.StringVal(t.Workdir))
 	}
 	if len(t.Preload) > 0 {
-		config.SetAttributeValue("preload", stringList(t.Preload))
+		config.SetAttributeValue("preload", ctyval.Strings(t.Preload))
 	}
 	config.SetAttributeValue("max_restarts", cty.NumberIntVal(int64(t.MaxFailures)))
 	env := map[string]string{}
@@ -129,7 +130,7 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 		env[spec.EnvCheckpointEvery] = strconv.Itoa(t.CheckpointEvery)
 	}
 	if len(env) > 0 {
-		config.SetAttributeValue("env", stringMap(env))
+		config.SetAttributeValue("env", ctyval.StringMap(env))
 	}
 	config.AppendNewline()
 	rdzv := config.AppendNewBlock("rendezvous", nil).Body()
@@ -221,28 +222,6 @@ func Memory(mib int) string {
 		return fmt.Sprintf("%d GiB", mib/1024)
 	}
 	return fmt.Sprintf("%d MiB", mib)
-}
-
-func stringList(xs []string) cty.Value {
-	if len(xs) == 0 {
-		return cty.ListValEmpty(cty.String)
-	}
-	vals := make([]cty.Value, len(xs))
-	for i, x := range xs {
-		vals[i] = cty.StringVal(x)
-	}
-	return cty.ListVal(vals)
-}
-
-func stringMap(m map[string]string) cty.Value {
-	if len(m) == 0 {
-		return cty.MapValEmpty(cty.String)
-	}
-	vals := make(map[string]cty.Value, len(m))
-	for k, v := range m {
-		vals[k] = cty.StringVal(v)
-	}
-	return cty.MapVal(vals)
 }
 
 func sortedKeys(m map[string]string) []string {

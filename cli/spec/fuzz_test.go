@@ -18,6 +18,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/ctyval"
 )
 
 // FuzzParse feeds the spec parser a spec (HCL, or JSON when asJSON) and
@@ -228,17 +229,17 @@ func encode(tr *spec.Train) []byte {
 	b.SetAttributeValue("gpus_per_worker", num(tr.GPUsPerWorker))
 	b.SetAttributeValue("command", cty.StringVal(tr.Command))
 	if tr.Args != nil {
-		b.SetAttributeValue("args", strList(tr.Args))
+		b.SetAttributeValue("args", ctyval.Strings(tr.Args))
 	}
 	if tr.Env != nil {
-		b.SetAttributeValue("env", strMap(tr.Env))
+		b.SetAttributeValue("env", ctyval.StringMap(tr.Env))
 	}
 	if tr.Workdir != "" {
 		b.SetAttributeValue("workdir", cty.StringVal(tr.Workdir))
 	}
 	b.SetAttributeValue("max_failures", num(tr.MaxFailures))
 	b.SetAttributeValue("rendezvous_timeout", cty.StringVal(tr.RendezvousTimeout.String()))
-	b.SetAttributeValue("datacenters", strList(tr.Datacenters))
+	b.SetAttributeValue("datacenters", ctyval.Strings(tr.Datacenters))
 	if tr.NodePool != "" {
 		b.SetAttributeValue("node_pool", cty.StringVal(tr.NodePool))
 	}
@@ -247,7 +248,7 @@ func encode(tr *spec.Train) []byte {
 	}
 	b.SetAttributeValue("priority", num(tr.Priority))
 	if tr.Meta != nil {
-		b.SetAttributeValue("meta", strMap(tr.Meta))
+		b.SetAttributeValue("meta", ctyval.StringMap(tr.Meta))
 	}
 	for _, a := range tr.Artifacts {
 		ab := b.AppendNewBlock("artifact", nil).Body()
@@ -256,7 +257,7 @@ func encode(tr *spec.Train) []byte {
 			ab.SetAttributeValue("destination", cty.StringVal(a.Destination))
 		}
 		if a.Options != nil {
-			ab.SetAttributeValue("options", strMap(a.Options))
+			ab.SetAttributeValue("options", ctyval.StringMap(a.Options))
 		}
 	}
 	rb := b.AppendNewBlock("resources", nil).Body()
@@ -276,26 +277,4 @@ func encode(tr *spec.Train) []byte {
 		b.AppendNewBlock("checkpoint", nil).Body().SetAttributeValue("every", num(tr.CheckpointEvery))
 	}
 	return f.Bytes()
-}
-
-func strList(xs []string) cty.Value {
-	if len(xs) == 0 {
-		return cty.ListValEmpty(cty.String)
-	}
-	vals := make([]cty.Value, len(xs))
-	for i, x := range xs {
-		vals[i] = cty.StringVal(x)
-	}
-	return cty.ListVal(vals)
-}
-
-func strMap(m map[string]string) cty.Value {
-	if len(m) == 0 {
-		return cty.MapValEmpty(cty.String)
-	}
-	vals := make(map[string]cty.Value, len(m))
-	for k, v := range m {
-		vals[k] = cty.StringVal(v)
-	}
-	return cty.MapVal(vals)
 }

@@ -381,9 +381,7 @@ func TestReplacementKeepsBudget(t *testing.T) {
 	if rounds[0].Number != 2 || rounds[0].Restarts != 1 {
 		t.Fatalf("after replacement: round %d restarts %d, want 2 and 1", rounds[0].Number, rounds[0].Restarts)
 	}
-	g.doneAll(ctx, rounds)
-	g.closeAll()
-	assertClean(t, cfg.RunID)
+	g.finish(ctx, rounds)
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {

@@ -103,6 +103,15 @@ func (g *group) doneAll(ctx context.Context, rounds []*Round) {
 	}
 }
 
+// finish ends a run that went well: every member reports rounds done and
+// closes, and nothing of the run is left in Consul.
+func (g *group) finish(ctx context.Context, rounds []*Round) {
+	g.t.Helper()
+	g.doneAll(ctx, rounds)
+	g.closeAll()
+	assertClean(g.t, g.runID)
+}
+
 func (g *group) closeAll() {
 	var wg sync.WaitGroup
 	for _, r := range g.rs {
@@ -316,9 +325,7 @@ func TestFailRestartsGroup(t *testing.T) {
 	if rounds2[0].Number != 2 || rounds2[0].Restarts != 1 {
 		t.Fatalf("round 2: number %d restarts %d, want 2 and 1", rounds2[0].Number, rounds2[0].Restarts)
 	}
-	g.doneAll(ctx, rounds2)
-	g.closeAll()
-	assertClean(t, g.runID)
+	g.finish(ctx, rounds2)
 }
 
 func TestRestartsExhausted(t *testing.T) {

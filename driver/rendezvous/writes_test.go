@@ -94,9 +94,7 @@ func TestFirstRoundWrites(t *testing.T) {
 	if n := kinds["register"]; n != m {
 		t.Errorf("%d registrations written, want %d", n, m)
 	}
-	g.doneAll(ctx, rounds)
-	g.closeAll()
-	assertClean(t, cfg.RunID)
+	g.finish(ctx, rounds)
 }
 
 // TestEndedRoundTakesItsRoster: the write that ends a complete round
@@ -121,9 +119,7 @@ func TestEndedRoundTakesItsRoster(t *testing.T) {
 	if rounds[0].Number != 2 {
 		t.Fatalf("round %d, want 2", rounds[0].Number)
 	}
-	g.doneAll(ctx, rounds)
-	g.closeAll()
-	assertClean(t, g.runID)
+	g.finish(ctx, rounds)
 }
 
 // TestCampaignWaitsItsTurn: a member tries for a free lock only when its
@@ -170,9 +166,7 @@ func TestCampaignWaitsItsTurn(t *testing.T) {
 	if s := leaderSession(t, cfg.RunID); s != g.rs[0].SessionID() {
 		t.Errorf("lock held by session %q, want the first member's %q", s, g.rs[0].SessionID())
 	}
-	g.doneAll(ctx, rounds)
-	g.closeAll()
-	assertClean(t, cfg.RunID)
+	g.finish(ctx, rounds)
 }
 
 // TestCampaignSpread: the random wait before trying for a free lock grows
