@@ -33,6 +33,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewLiteral(`"nobody"`)),
 	"allow_root": hclspec.NewDefault(hclspec.NewAttr("allow_root", "bool", false),
 		hclspec.NewLiteral("false")),
+	// The static supervisor (bin/gpujob-supervisor) that container members
+	// run; kept out of plugin_dir, where Nomad would take it for a plugin.
+	"container_supervisor": hclspec.NewDefault(hclspec.NewAttr("container_supervisor", "string", false),
+		hclspec.NewLiteral(`"/usr/local/lib/gpujob/gpujob-supervisor"`)),
 })
 
 // taskConfigSpec is a job's task "..." { driver = "gpujob" config { ... } }.
@@ -55,6 +59,10 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	// A map in a task config reaches the driver as a list of maps (Nomad's
 	// JSON job form), as for docker's labels and sysctl.
 	"env": hclspec.NewAttr("env", "list(map(string))", false),
+	// A container member (container.go): the group's docker task that runs
+	// the supervisor, and the checkpoint root its mounts were rendered for.
+	"container_task":  hclspec.NewAttr("container_task", "string", false),
+	"checkpoint_root": hclspec.NewAttr("checkpoint_root", "string", false),
 })
 
 // Config is the decoded plugin configuration.
@@ -65,6 +73,9 @@ type Config struct {
 	CheckpointRoot string        `codec:"checkpoint_root"`
 	DefaultUser    string        `codec:"default_user"`
 	AllowRoot      bool          `codec:"allow_root"`
+	// ContainerSupervisor is the static supervisor binary the driver copies
+	// into a container member's run directory.
+	ContainerSupervisor string `codec:"container_supervisor"`
 }
 
 // ConsulConfig says how the supervisors reach Consul. Empty fields fall back
@@ -89,6 +100,9 @@ type TaskConfig struct {
 	Workdir      string              `codec:"workdir"`
 	Preload      []string            `codec:"preload"`
 	Env          []map[string]string `codec:"env"`
+	// ContainerTask makes the task a container member's sidecar.
+	ContainerTask  string `codec:"container_task"`
+	CheckpointRoot string `codec:"checkpoint_root"`
 }
 
 // envMap merges the env maps.
@@ -134,6 +148,12 @@ func (c *Config) validate() error {
 	}
 	if !strings.HasPrefix(c.CheckpointRoot, "/") {
 		return fmt.Errorf("checkpoint_root: %q must be an absolute path", c.CheckpointRoot)
+	}
+	if c.ContainerSupervisor == "" {
+		c.ContainerSupervisor = "/usr/local/lib/gpujob/gpujob-supervisor"
+	}
+	if !strings.HasPrefix(c.ContainerSupervisor, "/") {
+		return fmt.Errorf("container_supervisor: %q must be an absolute path", c.ContainerSupervisor)
 	}
 	if c.DefaultUser == "" {
 		c.DefaultUser = defaultUser

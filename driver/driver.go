@@ -29,6 +29,7 @@ import (
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/containermember"
 	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
@@ -65,6 +66,9 @@ type Driver struct {
 	// cgroups puts each task in its own cgroup, which the executor kills
 	// whole; only root can. Without, the driver kills what the ranks leave.
 	cgroups bool
+	// runRoot is where container members' run directories go
+	// (containermember.RunRoot; tests use their own).
+	runRoot string
 
 	mu          sync.Mutex
 	config      *Config
@@ -84,6 +88,7 @@ func New(logger hclog.Logger, self string) *Driver {
 		tasks:   newTaskStore(),
 		self:    self,
 		cgroups: runtime.GOOS == "linux" && syscall.Geteuid() == 0,
+		runRoot: containermember.RunRoot,
 	}
 }
 
@@ -204,6 +209,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err != nil {
 		return nil, nil, err
 	}
+	if tc.ContainerTask != "" {
+		return d.startContainerMember(cfg, &tc, pc, runAs)
+	}
 	spec, err := buildSpec(cfg, &tc, pc, os.Getenv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpujob task config: %w", err)
@@ -321,14 +329,18 @@ func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
 	go func() {
 		defer close(followed)
 		err := followEvents(ctx, eventsFile, offset, func(e taskevent.Event) {
-			d.emit(h.taskConfig, e)
+			d.emit(h.taskConfig, h.eventTask(), e)
 		})
 		if err != nil {
 			h.logger.Warn("not relaying the supervisor's events", "error", err)
 		}
 	}()
 	go func() {
-		h.run()
+		if h.relay != nil {
+			h.waitRelay()
+		} else {
+			h.run()
+		}
 		cancel() // the follower reads what is left, then ends
 		<-followed
 	}()
@@ -336,15 +348,18 @@ func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
 
 // emit turns a supervisor event into a Nomad task event: the message for
 // people, and the event's fields as annotations, which the Nomad client
-// stores as the task event's Details for the CLI (taskevent.Decode).
-func (d *Driver) emit(cfg *drivers.TaskConfig, e taskevent.Event) {
+// stores as the task event's Details for the CLI (taskevent.Decode). task is
+// the task the event is for: the Nomad client files a driver's events by
+// allocation and task name, so a container member's sidecar tells them as
+// the docker task's own.
+func (d *Driver) emit(cfg *drivers.TaskConfig, task string, e taskevent.Event) {
 	msg := e.Message
 	if msg == "" {
 		msg = e.Describe()
 	}
 	_ = d.eventer.EmitEvent(&drivers.TaskEvent{
 		TaskID:      cfg.ID,
-		TaskName:    cfg.Name,
+		TaskName:    task,
 		AllocID:     cfg.AllocID,
 		Timestamp:   e.Time,
 		Message:     msg,
@@ -362,6 +377,9 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	var state TaskState
 	if err := handle.GetDriverState(&state); err != nil {
 		return fmt.Errorf("decoding the task state: %w", err)
+	}
+	if state.Container != nil {
+		return d.recoverContainerMember(&state)
 	}
 	rc, err := pstructs.ReattachConfigToGoPlugin(state.ReattachConfig)
 	if err != nil {
@@ -434,6 +452,11 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	if !ok {
 		return drivers.ErrTaskNotFound
 	}
+	if h.relay != nil {
+		h.relay.close()
+		<-h.doneCh
+		return nil
+	}
 	if signal == "" {
 		signal = "SIGTERM"
 	}
@@ -474,6 +497,18 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	if h.IsRunning() && !force {
 		return fmt.Errorf("cannot destroy running task %s", taskID)
 	}
+	if h.relay != nil {
+		h.relay.close()
+		<-h.doneCh
+		if err := os.RemoveAll(h.relay.runDir); err != nil {
+			h.logger.Warn("removing the container member's run directory", "dir", h.relay.runDir, "error", err)
+		}
+		if h.stopEvents != nil {
+			h.stopEvents()
+		}
+		d.tasks.Delete(taskID)
+		return nil
+	}
 	if !h.pluginClient.Exited() {
 		if err := h.exec.Shutdown("", 0); err != nil {
 			h.logger.Error("destroying the executor failed", "error", err)
@@ -508,6 +543,9 @@ func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Dur
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
+	if h.relay != nil {
+		return relayStats(ctx, interval), nil
+	}
 	return h.exec.Stats(ctx, interval)
 }
 
@@ -527,6 +565,11 @@ func (d *Driver) SignalTask(taskID string, signal string) error {
 	if !ok {
 		return fmt.Errorf("unknown signal %q", signal)
 	}
+	if h.relay != nil {
+		// `nomad alloc signal` without -task signals every task; the
+		// docker task's container has the supervisor, which passes it on.
+		return nil
+	}
 	return h.exec.Signal(sig)
 }
 
@@ -537,6 +580,9 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
+	}
+	if h.relay != nil {
+		return nil, errNoProcess(h)
 	}
 	cmd = d.asTaskUser(h, cmd)
 	out, code, err := h.exec.Exec(time.Now().Add(timeout), cmd[0], cmd[1:])
@@ -557,6 +603,9 @@ func (d *Driver) ExecTaskStreamingRaw(ctx context.Context, taskID string, comman
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
 		return drivers.ErrTaskNotFound
+	}
+	if h.relay != nil {
+		return errNoProcess(h)
 	}
 	return h.exec.ExecStreaming(ctx, d.asTaskUser(h, command), tty, stream)
 }

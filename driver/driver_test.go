@@ -119,10 +119,16 @@ func harnessWith(t testingT, cfg Config, tweak func(*Driver)) *dtestutil.DriverH
 // rendezvous port on loopback.
 func member(t testingT, h *dtestutil.DriverHarness, job string, index, port int, tc TaskConfig) *drivers.TaskConfig {
 	t.Helper()
+	return memberTask(t, h, job, index, port, "train", tc)
+}
+
+// memberTask is member with the task named task.
+func memberTask(t testingT, h *dtestutil.DriverHarness, job string, index, port int, task string, tc TaskConfig) *drivers.TaskConfig {
+	t.Helper()
 	cfg := &drivers.TaskConfig{
 		ID:            uuid.Generate(),
 		AllocID:       uuid.Generate(),
-		Name:          "train",
+		Name:          task,
 		JobName:       job,
 		JobID:         job,
 		TaskGroupName: "g",

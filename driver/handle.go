@@ -28,6 +28,9 @@ type taskHandle struct {
 	logger        hclog.Logger
 	taskConfig    *drivers.TaskConfig
 	startedAt     time.Time
+	// relay is set for a container member's sidecar, which runs no
+	// process (container.go); exec, pluginClient and pid are then unset.
+	relay *relay
 	// stopEvents ends the goroutine that turns the supervisor's events into
 	// task events.
 	stopEvents context.CancelFunc
@@ -49,8 +52,15 @@ func (h *taskHandle) TaskStatus() *drivers.TaskStatus {
 		StartedAt:        h.startedAt,
 		CompletedAt:      h.completedAt,
 		ExitResult:       h.exitResult,
-		DriverAttributes: map[string]string{"pid": strconv.Itoa(h.pid)},
+		DriverAttributes: h.driverAttributes(),
 	}
+}
+
+func (h *taskHandle) driverAttributes() map[string]string {
+	if h.relay != nil {
+		return map[string]string{"container_task": h.relay.task}
+	}
+	return map[string]string{"pid": strconv.Itoa(h.pid)}
 }
 
 func (h *taskHandle) IsRunning() bool {
@@ -81,6 +91,38 @@ func (h *taskHandle) run() {
 	}
 	h.exitResult = &drivers.ExitResult{ExitCode: ps.ExitCode, Signal: ps.Signal}
 	h.procState = drivers.TaskStateExited
+}
+
+// relay is a container member's sidecar: it relays the events of the
+// supervisor in task's container until Nomad stops it.
+type relay struct {
+	task     string // the docker task whose events these are
+	runDir   string // what the container mounts, removed with the task
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+func (r *relay) close() { r.stopOnce.Do(func() { close(r.stop) }) }
+
+// waitRelay is run for a sidecar: it ends, successfully, when Nomad stops
+// the task (once the group's main tasks are over, or the allocation stops).
+func (h *taskHandle) waitRelay() {
+	defer close(h.doneCh)
+	<-h.relay.stop
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.completedAt = time.Now()
+	h.exitResult = &drivers.ExitResult{ExitCode: 0}
+	h.procState = drivers.TaskStateExited
+}
+
+// eventTask is the task whose events the handle relays: the docker task for
+// a container member, else its own.
+func (h *taskHandle) eventTask() string {
+	if h.relay != nil {
+		return h.relay.task
+	}
+	return h.taskConfig.Name
 }
 
 // processAlive reports whether pid still runs and, when start is known, is

@@ -31,6 +31,16 @@ type TaskState struct {
 	// DevicesCgroup is the task's cgroups v1 devices cgroup, removed with
 	// the task.
 	DevicesCgroup string
+	// Container is set for a container member's sidecar, which has no
+	// executor to reattach to (ReattachConfig and Pid are unset).
+	Container *ContainerState `json:",omitempty"`
+}
+
+// ContainerState is what a container member's sidecar needs after a client
+// restart.
+type ContainerState struct {
+	Task   string // the docker task whose events it relays
+	RunDir string // what the container mounts
 }
 
 // taskStore holds the handles of the tasks this driver runs.

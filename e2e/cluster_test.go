@@ -37,6 +37,7 @@ type clusterOptions struct {
 	offset        int  // GPUJOB_DEV_PORT_OFFSET
 	consulServers int  // GPUJOB_DEV_CONSUL_SERVERS (0: dev-up's default, one)
 	acl, tls      bool // GPUJOB_DEV_ACL, GPUJOB_DEV_TLS
+	docker        bool // GPUJOB_DEV_DOCKER: a dockerd and Nomad's docker driver
 }
 
 // dev is the cluster the whole package shares: one client of four GPUs and
@@ -82,7 +83,7 @@ func TestMain(m *testing.M) {
 	}
 	dev = startCluster()
 	code := m.Run()
-	for _, c := range []*cluster{dev, consulHA.c, secure.c} {
+	for _, c := range []*cluster{dev, consulHA.c, secure.c, docker.c} {
 		if c == nil {
 			continue
 		}
@@ -150,6 +151,9 @@ func startClusterOpts(opts clusterOptions) *cluster {
 	}
 	if opts.tls {
 		cmd.Env = append(cmd.Env, "GPUJOB_DEV_TLS=1")
+	}
+	if opts.docker {
+		cmd.Env = append(cmd.Env, "GPUJOB_DEV_DOCKER=1")
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

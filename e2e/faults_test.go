@@ -44,6 +44,9 @@ type faultRow struct {
 	job     string
 	workers int      // 2 when 0
 	vars    []string // extra jobspec variables
+	// image runs the members in the test image (imageJob) instead of on
+	// the host; vars do not apply.
+	image bool
 	// args replaces faultArgs, for a row whose fault needs training to
 	// last longer; the step count must stay faultSteps().
 	args []string
@@ -94,7 +97,12 @@ func (c *cluster) trainThroughFault(t *testing.T, row faultRow) (result, []*api.
 	if row.args != nil {
 		args = row.args
 	}
-	job := c.trainJob(t, row.job, workers, 1, args, row.vars...)
+	var job *api.Job
+	if row.image {
+		job = c.imageJob(t, row.job, workers, 1, args)
+	} else {
+		job = c.trainJob(t, row.job, workers, 1, args, row.vars...)
+	}
 	if row.edit != nil {
 		row.edit(job)
 	}
@@ -149,6 +157,9 @@ func (c *cluster) trainThroughFault(t *testing.T, row faultRow) (result, []*api.
 		row.check(t, f, allocs)
 	}
 	leaks.check(allocIDs(allocs)...)
+	if row.image {
+		c.assertNoContainerLeaks(t, allocIDs(allocs)...)
+	}
 	return res, allocs
 }
 

@@ -81,7 +81,15 @@ func procStat(pid int) (ppid int, zombie bool) {
 // isSupervisor tells the task's supervisor: the driver binary run with
 // "supervise".
 func (p proc) isSupervisor() bool {
-	return len(p.args) > 1 && p.args[1] == "supervise"
+	return len(p.args) > 1 && p.args[1] == "supervise" || // the plugin binary, on the host
+		len(p.args) > 0 && p.args[0] == "/gpujob/supervisor" // the static one, in a container
+}
+
+// isContainerInit tells the init of a container member's container
+// (the docker task's `init = true`), which runs as root beside the
+// supervisor.
+func (p proc) isContainerInit() bool {
+	return len(p.args) > 0 && p.args[0] == "/sbin/docker-init"
 }
 
 // isRank tells a rank's process tree (the rank and anything it started):

@@ -26,17 +26,29 @@ gpujob=$repo/bin/gpujob
 log "the cluster's GPUs (gpujob gpus):"
 "$gpujob" gpus
 
-spec=$repo/jobspecs/examples/bert-finetune.hcl
-log "submitting $spec with 2 workers (gpujob submit --logs)"
 status=0
-# The cluster's copy of the workloads: the ranks run as nobody, who may not
-# be able to read the checkout.
-workloads=${GPUJOB_DEV_WORKLOADS:-$repo/jobspecs/workloads}
-"$gpujob" submit --logs -var workers=2 -var "workload=$workloads/bert_finetune.py" \
-	-var 'args=["--log-every", "80"]' "$spec" || status=$?
+if [ "${GPUJOB_DEV_DOCKER:-0}" = 1 ]; then
+	# make demo DOCKER=1: the same fine-tune with every member in the
+	# image built from this machine's python3-torch (no registry).
+	job=bert-image
+	spec=$repo/jobspecs/examples/bert-image.hcl
+	image=$("$here/build-train-image.sh" | tail -n 1)
+	log "submitting $spec in $image with 2 workers (gpujob submit --logs)"
+	"$gpujob" submit --logs -var workers=2 -var "image=$image" \
+		-var 'args=["--log-every", "80"]' "$spec" || status=$?
+else
+	job=bert-finetune
+	spec=$repo/jobspecs/examples/bert-finetune.hcl
+	log "submitting $spec with 2 workers (gpujob submit --logs)"
+	# The cluster's copy of the workloads: the ranks run as nobody, who may
+	# not be able to read the checkout.
+	workloads=${GPUJOB_DEV_WORKLOADS:-$repo/jobspecs/workloads}
+	"$gpujob" submit --logs -var workers=2 -var "workload=$workloads/bert_finetune.py" \
+		-var 'args=["--log-every", "80"]' "$spec" || status=$?
+fi
 
-log "the job's members (gpujob status bert-finetune):"
-"$gpujob" status bert-finetune || true
+log "the job's members (gpujob status $job):"
+"$gpujob" status "$job" || true
 
 consul_ui=$CONSUL_HTTP_ADDR
 [[ $consul_ui == *://* ]] || consul_ui=http://$consul_ui
@@ -44,10 +56,10 @@ cat <<MSG
 
 Look further:
   source $dir/env                      # NOMAD_ADDR, CONSUL_HTTP_ADDR, nomad and consul on PATH (and TLS files, NOMAD_TOKEN)
-  $gpujob status bert-finetune         # members, ranks, GPUs, latest loss (-json for scripts)
-  $gpujob logs bert-finetune --rank 1  # one rank's output (-f to follow)
+  $gpujob status $job         # members, ranks, GPUs, latest loss (-json for scripts)
+  $gpujob logs $job --rank 1  # one rank's output (-f to follow)
   $gpujob gpus                         # every GPU, its health, stats and holder
-  Nomad UI: $NOMAD_ADDR/ui/jobs/bert-finetune     Consul UI: $consul_ui/ui
+  Nomad UI: $NOMAD_ADDR/ui/jobs/$job     Consul UI: $consul_ui/ui
 Stop the cluster: make dev-down
 MSG
 exit "$status"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Stops the local dev cluster that scripts/dev-up.sh started from
 # GPUJOB_DEV_DIR (/tmp/gpujob-dev): its agents, and the task, executor and
-# plugin processes its Nomad clients left behind; then unmounts what the tasks
-# mounted and removes the state dir. Safe to run when nothing is up.
+# plugin processes its Nomad clients left behind; with GPUJOB_DEV_DOCKER=1 its
+# dockerd and every container of it (the data-root and its images stay); then
+# unmounts what the tasks mounted and removes the state dir. Safe to run when
+# nothing is up.
 #
 # Usage: scripts/dev-down.sh [--keep-logs]
 #   --keep-logs  leave $GPUJOB_DEV_DIR/logs (dev-up uses it after a failed start)
@@ -120,6 +122,64 @@ if [ ${#client_pids[@]} -gt 0 ]; then
 	stopped=1
 fi
 
+# 1b. The cluster's own dockerd (GPUJOB_DEV_DOCKER=1), once the clients are
+#     gone: a Nomad client leaves its containers running when it stops, as
+#     it does every task. Every container of that dockerd is this cluster's:
+#     docker rm -f them all, then stop dockerd (it stops its containerd).
+#     Only a dockerd whose command line names this state dir is touched.
+docker_dir=$dir/docker
+if [ -d "$docker_dir" ]; then
+	docker_cli=$(gpujob_docker_cli)
+	docker_sock=$docker_dir/docker.sock
+	dockerd_pid=$(gpujob_dev_pid "$dir/pids/dockerd.pid" "$dir" || gpujob_dev_pid "$docker_dir/dockerd.pid" "$dir" || true)
+	if [ -n "$dockerd_pid" ]; then
+		containers=()
+		if [ -S "$docker_sock" ] && [ -x "$docker_cli" ]; then
+			mapfile -t containers < <(timeout 20 "$docker_cli" -H "unix://$docker_sock" ps -aq 2>/dev/null || true)
+		fi
+		if [ ${#containers[@]} -gt 0 ]; then
+			log "removing ${#containers[@]} container(s) of the cluster's dockerd"
+			timeout 60 "$docker_cli" -H "unix://$docker_sock" rm -f "${containers[@]}" >/dev/null 2>&1 ||
+				log "warning: docker rm -f failed; what is left is killed below"
+		fi
+		log "stopping dockerd (pid $dockerd_pid)"
+		stop 15 "$dockerd_pid"
+		stopped=1
+	fi
+	# What a dockerd that died or had to be killed left: its containerd,
+	# the containers' shims and, below them, the containers' processes;
+	# each names the exec-root on its command line.
+	mapfile -t keep < <(ancestors)
+	mapfile -t shims < <(grep -laF "$docker_dir/exec" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3)
+	rest=()
+	if [ ${#shims[@]} -gt 0 ]; then
+		mapfile -t below < <(descendants "${shims[@]}")
+		for p in "${shims[@]}" "${below[@]}"; do
+			[[ " ${keep[*]} ${rest[*]} " == *" $p "* ]] && continue
+			gpujob_proc_alive "$p" && rest+=("$p")
+		done
+	fi
+	if [ ${#rest[@]} -gt 0 ]; then
+		log "stopping ${#rest[@]} process(es) left by the cluster's dockerd (containerd, shims, containers)"
+		stop 5 "${rest[@]}"
+		stopped=1
+	fi
+	# A dockerd that is killed leaves the data-root mounted on itself and,
+	# with containers running, their root filesystems and shm mounted in
+	# it; with no dockerd on it any more, they are stale.
+	docker_root=$(cat "$docker_dir/data-root" 2>/dev/null || true)
+	if [ -n "$docker_root" ] && [ -z "$(gpujob_dockerd_on "$docker_root")" ]; then
+		mapfile -t mounts < <(
+			awk -v d="$docker_root" '{ p = $5; gsub(/\\040/, " ", p); if (p == d || index(p, d "/") == 1) print p }' /proc/self/mountinfo |
+				awk '{ print gsub("/", "/") "\t" $0 }' | sort -rn | cut -f2-
+		)
+		[ ${#mounts[@]} -eq 0 ] || log "unmounting ${#mounts[@]} mount(s) a killed dockerd left in $docker_root"
+		for m in "${mounts[@]}"; do
+			umount "$m" 2>/dev/null || umount -l "$m" || log "warning: could not unmount $m"
+		done
+	fi
+fi
+
 # 2. What the clients left running: Nomad deliberately leaves executors and
 #    tasks alive when a client stops (so they survive an agent restart). The
 #    server and Consul go last (step 3), and this script's callers never.
@@ -161,7 +221,8 @@ if [ ${#mounts[@]} -gt 0 ]; then
 	done
 fi
 
-# 5. The clients' cgroups (dev-up gives each client its own cgroup parent):
+# 5. The clients' cgroups (dev-up gives each client its own cgroup parent,
+#    and its dockerd's containers one):
 #    empty cgroups can only be removed with rmdir, deepest first.
 if [ -f "$dir/cgroup-parents" ]; then
 	while read -r cg; do

@@ -24,10 +24,19 @@
 #                           policies of jobspecs/acl/, one token each (0)
 #   GPUJOB_DEV_TLS          1: HTTPS and mutual TLS for every Nomad and Consul API and RPC,
 #                           with a CA made here for this cluster (0)
+#   GPUJOB_DEV_DOCKER       1: start a dockerd of the cluster's own (Debian's docker.io: socket,
+#                           exec-root and log under the state dir, data-root in the agent cache)
+#                           and enable Nomad's docker driver in every client (0)
+#   GPUJOB_DEV_DOCKER_ROOT  that dockerd's data-root (<agent cache>/docker/data): its images
+#                           outlive the cluster; one dockerd at a time may use it
+#   GPUJOB_DEV_DOCKER_STORAGE_DRIVER  its storage driver (overlay2; vfs where the data-root's
+#                           filesystem cannot hold overlay2, e.g. itself an overlay)
+#   GPUJOB_DOCKERD GPUJOB_DOCKER_CLI  the daemon and client (/usr/sbin/dockerd, /usr/bin/docker)
 #   GPUJOB_FAKE_GPUS        GPUs per client with the fake backend (4)
 #   GPUJOB_PLUGIN_DIR       where `make build` put the plugins (<checkout>/bin)
 #   GPUJOB_DEV_DRIVER_CONFIG  HCL body of the task driver's plugin config block
-#                           (default: checkpoint_root under the state dir, the dev Consul with,
+#                           (default: checkpoint_root under the state dir, container_supervisor
+#                           = <plugin dir>/gpujob-supervisor, the dev Consul with,
 #                           in the ACL and TLS modes, the driver's token and certificates;
 #                           tasks run as the driver's default_user, nobody, and root is refused)
 #   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
@@ -61,12 +70,14 @@ off=${GPUJOB_DEV_PORT_OFFSET:-0}
 
 acl=${GPUJOB_DEV_ACL:-0}
 tls=${GPUJOB_DEV_TLS:-0}
+docker=${GPUJOB_DEV_DOCKER:-0}
 
 for v in clients consul_servers fake_gpus timeout off; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
 done
 [[ $acl =~ ^[01]$ ]] || die "GPUJOB_DEV_ACL must be 0 or 1, got '$acl'"
 [[ $tls =~ ^[01]$ ]] || die "GPUJOB_DEV_TLS must be 0 or 1, got '$tls'"
+[[ $docker =~ ^[01]$ ]] || die "GPUJOB_DEV_DOCKER must be 0 or 1, got '$docker'"
 # Client i binds 127.0.0.(i+1); .255 is the broadcast address.
 ((clients >= 1 && clients <= 253)) || die "GPUJOB_DEV_CLIENTS must be 1..253, got $clients"
 ((consul_servers >= 1 && consul_servers <= 9)) ||
@@ -176,6 +187,33 @@ if [ ${#busy[@]} -gt 0 ]; then
 	die "is another cluster running? Stop it, or move this one with GPUJOB_DEV_PORT_OFFSET=<n> (or NOMAD_*_PORT / CONSUL_*_PORT)"
 fi
 
+# ---- docker (GPUJOB_DEV_DOCKER=1): checks before anything starts ----------------
+
+if ((docker)); then
+	dockerd_bin=$(gpujob_dockerd_bin)
+	docker_cli=$(gpujob_docker_cli)
+	[ "$(id -u)" = 0 ] || die "GPUJOB_DEV_DOCKER=1 needs root (dockerd does)"
+	for b in "$dockerd_bin" "$docker_cli"; do
+		[ -x "$b" ] || die "GPUJOB_DEV_DOCKER=1: no $b (Debian's docker.io; scripts/install-deps.sh installs it)"
+	done
+	for b in containerd runc; do
+		command -v "$b" >/dev/null ||
+			die "GPUJOB_DEV_DOCKER=1: no $b on PATH (Debian's docker.io brings it; scripts/install-deps.sh installs it)"
+	done
+	docker_root=$(gpujob_docker_root)
+	mkdir -p "$docker_root"
+	docker_root=$(cd "$docker_root" && pwd -P)
+	mapfile -t holders < <(gpujob_dockerd_on "$docker_root")
+	if [ ${#holders[@]} -gt 0 ]; then
+		holder_cmd=$(tr '\0' ' ' <"/proc/${holders[0]}/cmdline" 2>/dev/null || true)
+		holder_dir=""
+		[[ $holder_cmd =~ --exec-root\ ([^ ]*)/docker/exec ]] && holder_dir=${BASH_REMATCH[1]}
+		hint="stop it"
+		[ -z "$holder_dir" ] || hint="stop its dev cluster (GPUJOB_DEV_DIR=$holder_dir $here/dev-down.sh)"
+		die "the docker data-root $docker_root is in use by dockerd pid ${holders[*]} ($holder_cmd); one dockerd at a time can use it: $hint, or give this cluster another with GPUJOB_DEV_DOCKER_ROOT=<dir>"
+	fi
+fi
+
 # ---- agents and plugins ----------------------------------------------------------
 
 "$here/install-agents.sh" # a no-op when the pinned versions are cached
@@ -191,6 +229,7 @@ for p in nomad-device-gpujob nomad-driver-gpujob; do
 	[ -x "$plugin_src/$p" ] && plugins+=("$p")
 done
 have_plugin() { [[ " ${plugins[*]} " == *" $1 "* ]]; }
+supervisor_bin=$(cd "$plugin_src" 2>/dev/null && pwd -P || echo "$plugin_src")/gpujob-supervisor
 
 backend=${GPUJOB_DEV_BACKEND:-}
 if [ -z "$backend" ]; then
@@ -275,6 +314,45 @@ for ((i = 1; i <= consul_servers; i++)); do mkdir -p "$dir/consul/server-$i"; do
 ((consul_servers == 1)) || mkdir -p "$dir/consul/client"
 for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done
 : >"$dir/cgroup-parents"
+
+# dockerd (GPUJOB_DEV_DOCKER=1): its socket, exec-root (containerd's state and
+# sockets), PID file and config file (empty: the host's
+# /etc/docker/daemon.json stays out of it) in docker/, its log in logs/; the
+# data-root in the agent cache. Its containers get a cgroup parent of their
+# own (cgroups v1; dev-down removes it with the clients').
+docker_dir=$dir/docker
+docker_sock=$docker_dir/docker.sock
+docker_cgroup=""
+if ((docker)); then
+	# containerd's sockets, the longest paths under the exec-root, must fit
+	# in a unix socket address (107 bytes).
+	long=$docker_dir/exec/containerd/containerd.sock.ttrpc
+	((${#long} <= 107)) ||
+		die "GPUJOB_DEV_DIR is too long for GPUJOB_DEV_DOCKER=1: $long must fit in a unix socket path (107 bytes)"
+	mkdir -p "$docker_dir/exec"
+	# Nomad's docker driver runs a task whose GPU reservation sets
+	# NVIDIA_VISIBLE_DEVICES (as gpujob's device plugin does, like
+	# HashiCorp's nvidia plugin) under the runtime named "nvidia", and
+	# refuses the task where dockerd has none. On NVIDIA hosts that is the
+	# NVIDIA Container Runtime when installed; with fake GPUs it is plain
+	# runc under that name, the device nodes coming from the reservation.
+	nvidia_runtime=""
+	if [ "$backend" = fake ]; then
+		nvidia_runtime=runc
+	elif command -v nvidia-container-runtime >/dev/null; then
+		nvidia_runtime=$(command -v nvidia-container-runtime)
+	fi
+	if [ -n "$nvidia_runtime" ]; then
+		printf '{"runtimes": {"nvidia": {"path": "%s"}}}\n' "$nvidia_runtime" >"$docker_dir/daemon.json"
+	else
+		echo '{}' >"$docker_dir/daemon.json"
+	fi
+	echo "$docker_root" >"$docker_dir/data-root"
+	if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" != cgroup2fs ]; then
+		docker_cgroup=/gpujob-dev-$tag-docker
+		echo "$docker_cgroup" >>"$dir/cgroup-parents"
+	fi
+fi
 
 # ---- TLS: a CA and certificates for this cluster (GPUJOB_DEV_TLS=1) --------------
 
@@ -654,6 +732,8 @@ EOF
 # them to each task's supervisor in a file of the task's private directory,
 # never in the ranks' environment.
 driver_consul_extra=""
+denylist="docker,qemu,java"
+((docker == 0)) || denylist="qemu,java"
 if ((acl)); then
 	driver_consul_extra+=$'\n'"      token     = \"$(token_of consul-driver)\""
 fi
@@ -701,7 +781,7 @@ client {
   max_dynamic_port  = $((dyn_ports + i * 1000 - 1))
   cgroup_parent     = "$cg"
   options {
-    "driver.denylist" = "docker,qemu,java"
+    "driver.denylist" = "$denylist"
   }
 }
 $(nomad_security_config client)
@@ -711,6 +791,34 @@ plugin "raw_exec" {
   }
 }
 EOF
+		if ((docker)); then
+			# Every client shares the one dockerd, so no client may take
+			# the others' containers for dangling ones (the reconciler
+			# removes any Nomad container it does not track itself);
+			# dev-down removes what is left. Images stay (gc.image): they
+			# are built here, there is no registry to pull them again.
+			# Host networking only: no bridge, so no pause container
+			# (infra_image) is ever needed.
+			cat <<EOF
+plugin "docker" {
+  config {
+    endpoint         = "unix://$docker_sock"
+    allow_privileged = false
+    extra_labels     = ["job_name", "task_group_name", "task_name", "node_name"]
+    volumes {
+      enabled = true
+    }
+    gc {
+      image     = false
+      container = true
+      dangling_containers {
+        enabled = false
+      }
+    }
+  }
+}
+EOF
+		fi
 		if have_plugin nomad-device-gpujob; then
 			if [ "$backend" = nvml ] && [ ${#gpu_uuids[@]} -gt 0 ]; then
 				ignored=$(ignored_gpus "$i")
@@ -743,7 +851,10 @@ EOF
 		if have_plugin nomad-driver-gpujob; then
 			# Checkpoints on the machine's own disk stand in for the shared
 			# storage a real cluster mounts on every client.
+			# container_supervisor: the static supervisor the driver copies
+			# into container members (make build: bin/gpujob-supervisor).
 			driver_config=${GPUJOB_DEV_DRIVER_CONFIG:-"    checkpoint_root = \"$dir/checkpoints\"
+    container_supervisor = \"$supervisor_bin\"
     consul {
       address = \"$consul_addr\"$driver_consul_extra
     }"}
@@ -836,6 +947,19 @@ for name in sys.argv[2:]:
 # The HTTP agent's node must also be in the catalog and healthy before
 # anything can create a session on it (a session checks its node's
 # serfHealth).
+# dockerd first: it starts while Consul elects a leader, and must answer
+# before the clients fingerprint their docker driver. No bridge, no iptables
+# rules, no ip_forward: the host's network is left as it was (tasks use
+# network_mode host).
+if ((docker)); then
+	dockerd_args=(--data-root "$docker_root" --exec-root "$docker_dir/exec" --host "unix://$docker_sock"
+		--pidfile "$docker_dir/dockerd.pid" --config-file "$docker_dir/daemon.json"
+		--storage-driver "${GPUJOB_DEV_DOCKER_STORAGE_DRIVER:-overlay2}"
+		--bridge none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --userland-proxy=false
+		--log-level warn)
+	[ -z "$docker_cgroup" ] || dockerd_args+=(--cgroup-parent "$docker_cgroup")
+	start dockerd "$docker_dir" "$dockerd_bin" "${dockerd_args[@]}"
+fi
 for ((i = 1; i <= consul_servers; i++)); do
 	start "consul-server-$i" "$dir/consul/server-$i" "$consul" agent -config-file "$dir/config/consul-server-$i.hcl"
 done
@@ -857,6 +981,18 @@ if ((acl)); then
 fi
 wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_url" gpujob-dev "${consul_curl[@]}"
 
+if ((docker)); then
+	docker_up() { "$docker_cli" -H "unix://$docker_sock" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+	wait_for "dockerd to answer on $docker_sock" dockerd docker_up
+	# The data-root is this cluster's alone now: a container in it is one
+	# an earlier cluster's dockerd left when it was killed.
+	mapfile -t stale < <("$docker_cli" -H "unix://$docker_sock" ps -aq 2>/dev/null || true)
+	if [ ${#stale[@]} -gt 0 ]; then
+		log "removing ${#stale[@]} container(s) an earlier dev cluster's dockerd left in $docker_root"
+		"$docker_cli" -H "unix://$docker_sock" rm -f "${stale[@]}" >/dev/null 2>&1 || true
+	fi
+fi
+
 start nomad-server "$dir/server" "$nomad" agent -config "$dir/config/nomad-server.hcl"
 # The clients retry the server until it answers, so they start right away.
 for ((i = 1; i <= clients; i++)); do
@@ -864,6 +1000,7 @@ for ((i = 1; i <= clients; i++)); do
 done
 drivers=raw_exec
 have_plugin nomad-driver-gpujob && drivers+=" gpujob"
+((docker == 0)) || drivers+=" docker"
 wait_for "a Nomad leader" nomad-server gpujob_has_leader "$nomad_addr" "${nomad_tls_curl[@]}"
 if ((acl)); then
 	log "bootstrapping Nomad's ACLs"
@@ -874,6 +1011,12 @@ wait_for "$clients ready Nomad client(s)" @lagging clients_ready
 startup=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
+
+# The driver's checkpoint_root (GPUJOB_DEV_DRIVER_CONFIG may name another).
+checkpoint_root=$dir/checkpoints
+if [[ ${GPUJOB_DEV_DRIVER_CONFIG:-} =~ checkpoint_root[[:space:]]*=[[:space:]]*\"([^\"]*)\" ]]; then
+	checkpoint_root=${BASH_REMATCH[1]}
+fi
 
 # With ACLs the env file holds a token: readable by its owner alone.
 env_umask=022
@@ -893,7 +1036,18 @@ export GPUJOB_DEV_NOMAD_BIN='$nomad'
 export GPUJOB_DEV_CONSUL_BIN='$consul'
 export GPUJOB_DEV_ACL='$acl'
 export GPUJOB_DEV_TLS='$tls'
+export GPUJOB_DEV_DOCKER='$docker'
+export GPUJOB_CHECKPOINT_ROOT='$checkpoint_root'
 EOF
+	if ((docker)); then
+		cat <<EOF
+# Docker: the cluster's own dockerd (the clients' docker driver uses it).
+# Use Debian's client, GPUJOB_DOCKER_CLI: another one may come first on PATH.
+export DOCKER_HOST='unix://$docker_sock'
+export GPUJOB_DOCKER_CLI='$docker_cli'
+export GPUJOB_DEV_DOCKER_ROOT='$docker_root'
+EOF
+	fi
 	if ((tls)); then
 		cat <<EOF
 # TLS: the cluster's CAs, and the client certificates the APIs ask for.
@@ -959,6 +1113,9 @@ gpujob dev cluster is up in ${startup}s: $clients client(s), $consul_servers Con
   Consul  $consul_url  (UI: $consul_url/ui)
   security: $security
 EOF
+if ((docker)); then
+	echo "  Docker  unix://$docker_sock  (dockerd $("$docker_cli" -H "unix://$docker_sock" version --format '{{.Server.Version}}' 2>/dev/null), data-root $docker_root)"
+fi
 if ((tls)); then
 	echo "  TLS:    CAs and client certificates in $tls_dir (the UIs ask for a client certificate too)"
 fi

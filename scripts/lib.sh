@@ -311,3 +311,50 @@ gpujob_dev_await() {
 		sleep "$interval"
 	done
 }
+
+# --- Docker for the dev cluster (GPUJOB_DEV_DOCKER=1) ---
+
+# gpujob_docker_cli prints the docker client to use: GPUJOB_DOCKER_CLI, else
+# Debian's /usr/bin/docker, which matches the daemon (a different client may
+# come first on PATH). Not $DOCKER: `make dev DOCKER=1` puts DOCKER=1 in the
+# environment of every script make runs.
+gpujob_docker_cli() {
+	echo "${GPUJOB_DOCKER_CLI:-/usr/bin/docker}"
+}
+
+# gpujob_dockerd_bin prints the daemon: GPUJOB_DOCKERD, else Debian's.
+gpujob_dockerd_bin() {
+	echo "${GPUJOB_DOCKERD:-/usr/sbin/dockerd}"
+}
+
+# gpujob_docker_root prints the data-root of the dev cluster's dockerd:
+# GPUJOB_DEV_DOCKER_ROOT, else docker/data in the agent cache, outside the
+# checkout and the state dir, so images (the training image) outlive a dev
+# cluster and a CI run.
+gpujob_docker_root() {
+	echo "${GPUJOB_DEV_DOCKER_ROOT:-$(gpujob_cache_dir)/docker/data}"
+}
+
+# gpujob_dockerd_on ROOT prints the PID of each live dockerd whose data-root
+# (--data-root, or /var/lib/docker when its command line names none) is
+# ROOT. Only one daemon may use a data-root at a time: a second one's
+# containerd hangs on the first one's lock, and fails after a minute.
+gpujob_dockerd_on() {
+	local root f pid args i r
+	root=$(realpath -m "$1")
+	for f in /proc/[0-9]*/cmdline; do
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		mapfile -d '' -t args 2>/dev/null <"$f" || continue
+		if [ ${#args[@]} -eq 0 ] || [ "${args[0]##*/}" != dockerd ]; then continue; fi
+		r=/var/lib/docker
+		for ((i = 1; i < ${#args[@]}; i++)); do
+			case ${args[i]} in
+			--data-root=* | --graph=* | -g=*) r=${args[i]#*=} ;;
+			--data-root | --graph | -g) r=${args[i + 1]:-} ;;
+			esac
+		done
+		[ "$(realpath -m "$r")" = "$root" ] && gpujob_proc_alive "$pid" && echo "$pid"
+	done
+	return 0
+}

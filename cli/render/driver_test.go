@@ -48,7 +48,7 @@ func taskConfig(t *testing.T, task *api.Task) driver.TaskConfig {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	val, diags, errs := hclutils.ParseHclInterface(task.Config, dec, nil)
+	val, diags, errs := hclutils.ParseHclInterface(task.Config, dec, runtimeVars("job", nil))
 	if diags.HasErrors() || len(errs) > 0 {
 		t.Fatalf("driver config of task %s: %v %v", task.Name, diags, errs)
 	}
@@ -117,16 +117,45 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 			if len(g.Networks) != 1 || len(g.Networks[0].DynamicPorts) != 1 || g.Networks[0].DynamicPorts[0].Label != render.Port {
 				t.Errorf("networks %+v", g.Networks)
 			}
-			task := g.Tasks[0]
-			if task.Driver != "gpujob" {
-				t.Errorf("driver %s", task.Driver)
+			if job.Meta[render.MetaTask] != render.Task {
+				t.Errorf("meta %s = %q, want %q", render.MetaTask, job.Meta[render.MetaTask], render.Task)
+			}
+			// task is the member task (its resources, GPUs and artifacts);
+			// gpujob the one the gpujob driver runs: the same task on the
+			// host, the sidecar of an image job.
+			task, gpujob := findTask(g, render.Task), findTask(g, render.Task)
+			wantTasks := 1
+			if tr.Image != "" {
+				wantTasks = 2
+				gpujob = findTask(g, render.Sidecar)
+				checkSidecar(t, gpujob)
+				checkContainer(t, tr, task)
+				if run, ok := job.Meta[render.MetaRun]; !ok || run != "" {
+					t.Errorf("meta %s = %q (set: %v), want it empty for gpujob submit to set", render.MetaRun, run, ok)
+				}
+			} else {
+				if task.Driver != render.Driver {
+					t.Errorf("driver %s", task.Driver)
+				}
+				if _, ok := job.Meta[render.MetaRun]; ok {
+					t.Errorf("a host job has meta %s", render.MetaRun)
+				}
+			}
+			if len(g.Tasks) != wantTasks {
+				t.Fatalf("%d tasks, want %d", len(g.Tasks), wantTasks)
 			}
 			if task.KillTimeout == nil || *task.KillTimeout != render.KillTimeout {
 				t.Errorf("kill_timeout %v, want %s: room for the ranks' grace and leaving Consul", task.KillTimeout, render.KillTimeout)
 			}
-			tc := taskConfig(t, task)
+			tc := taskConfig(t, gpujob)
 			if tc.Command != tr.Command || !reflect.DeepEqual(tc.Args, tr.Args) || tc.Workdir != tr.Workdir || tc.MaxRestarts != tr.MaxFailures {
 				t.Errorf("config %+v", tc)
+			}
+			if tr.Image != "" && (tc.ContainerTask != render.Task || tc.CheckpointRoot != render.DefaultCheckpointRoot || tc.NProcPerNode != max(tr.GPUsPerWorker, 1)) {
+				t.Errorf("sidecar config: container_task %q, checkpoint_root %q, nproc_per_node %d", tc.ContainerTask, tc.CheckpointRoot, tc.NProcPerNode)
+			}
+			if tr.Image == "" && (tc.ContainerTask != "" || tc.CheckpointRoot != "" || tc.NProcPerNode != 0) {
+				t.Errorf("host config: container_task %q, checkpoint_root %q, nproc_per_node %d", tc.ContainerTask, tc.CheckpointRoot, tc.NProcPerNode)
 			}
 			env := envOf(tc)
 			for k, v := range tr.Env {
@@ -140,8 +169,17 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 			if tc.Rendezvous == nil || tc.Rendezvous.Port != render.Port || tc.Rendezvous.NNodes == "" || tc.Rendezvous.JoinTimeout == "" {
 				t.Errorf("rendezvous %+v", tc.Rendezvous)
 			}
+			if len(task.Artifacts) != len(tr.Artifacts) {
+				t.Errorf("%d artifacts, want %d", len(task.Artifacts), len(tr.Artifacts))
+			}
 			r := task.Resources
-			if *r.CPU != tr.Resources.CPU || *r.MemoryMB != tr.Resources.MemoryMiB+tr.Resources.ShmMiB {
+			// On the host /dev/shm is charged to the task; in a container
+			// it is docker's shm_size.
+			wantMemory := tr.Resources.MemoryMiB + tr.Resources.ShmMiB
+			if tr.Image != "" {
+				wantMemory = tr.Resources.MemoryMiB
+			}
+			if *r.CPU != tr.Resources.CPU || *r.MemoryMB != wantMemory {
 				t.Errorf("resources cpu %d memory %d", *r.CPU, *r.MemoryMB)
 			}
 			if tr.GPUsPerWorker == 0 {

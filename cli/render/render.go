@@ -6,16 +6,20 @@ package render
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/containermember"
 	"github.com/gpujob/gpujob/internal/ctyval"
 	"github.com/gpujob/gpujob/internal/safename"
 )
@@ -27,7 +31,9 @@ const (
 	// KillTimeout is the training task's kill_timeout: Nomad clients'
 	// default max_kill_timeout, so no client shortens it.
 	KillTimeout = 30 * time.Second
-	// Group and Task name the one group and task of every rendered job.
+	// Group and Task name the one group and the member task of every
+	// rendered job: the task whose allocations' states, events and logs
+	// are the member's.
 	Group = "train"
 	Task  = "train"
 	// Port is the label of the group's rendezvous port (MASTER_PORT).
@@ -35,18 +41,48 @@ const (
 	// Device is the device every GPU job asks for.
 	Device = "nvidia/gpu"
 
+	// Sidecar is an image job's second task: a prestart sidecar on the
+	// gpujob driver that prepares the container member (its spec, the
+	// static supervisor, the checkpoint directory) and relays its events.
+	// The member task Task runs on DockerDriver.
+	Sidecar      = "gpujob"
+	DockerDriver = "docker"
+
 	// MetaKind marks the job as gpujob's (`gpujob list` filters on it);
-	// MetaWorkers and MetaGPUsPerWorker record the spec's shape.
+	// MetaWorkers and MetaGPUsPerWorker record the spec's shape; MetaTask
+	// names the member task (Task). MetaRun, an image job's only, is
+	// empty in the rendered file: `gpujob submit` sets it to the
+	// submission's run, and the container mounts the run's checkpoint
+	// directory through ${NOMAD_META_gpujob_run}.
 	MetaKind          = "gpujob"
 	MetaKindTrain     = "train"
 	MetaWorkers       = "gpujob_workers"
 	MetaGPUsPerWorker = "gpujob_gpus_per_worker"
+	MetaTask          = "gpujob_task"
+	MetaRun           = "gpujob_run"
+
+	// DefaultCheckpointRoot is the gpujob driver's default checkpoint_root.
+	DefaultCheckpointRoot = "/var/lib/gpujob/checkpoints"
 )
 
 const header = "# Rendered by `gpujob render` from a train spec: edit the spec, not this file.\n"
 
+// Options are the settings of a render that do not come from the spec.
+type Options struct {
+	// CheckpointRoot is the gpujob driver's checkpoint_root on the clients
+	// (an absolute path; empty: DefaultCheckpointRoot). An image job mounts
+	// its checkpoint directory from under it into the container, at the
+	// same path, and its sidecar names it, so that a client whose driver
+	// keeps checkpoints elsewhere refuses the job instead of training
+	// without them. Host jobs do not use it.
+	CheckpointRoot string
+}
+
+// Jobspec renders the Nomad jobspec for t with the default Options.
+func Jobspec(t *spec.Train) ([]byte, error) { return Options{}.Jobspec(t) }
+
 // Jobspec renders the Nomad jobspec for t.
-func Jobspec(t *spec.Train) ([]byte, error) {
+func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	if t == nil {
 		return nil, fmt.Errorf("render: no spec")
 	}
@@ -58,12 +94,19 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	if err := safename.Validate(t.Name); err != nil {
 		return nil, fmt.Errorf("render: job name %q %v: it must be %s", t.Name, err, safename.Allowed)
 	}
+	root, err := CheckpointRoot(o.CheckpointRoot)
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	if t.ImagePull != nil && t.Image == "" {
+		return nil, fmt.Errorf("render: spec %q has image_pull but no image", t.Name)
+	}
 	f := hclwrite.NewEmptyFile()
-	root := f.Body()
-	root.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment, Bytes: []byte(header)}})
-	root.AppendNewline()
+	body := f.Body()
+	body.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment, Bytes: []byte(header)}})
+	body.AppendNewline()
 
-	job := root.AppendNewBlock("job", []string{t.Name}).Body()
+	job := body.AppendNewBlock("job", []string{t.Name}).Body()
 	job.SetAttributeValue("type", cty.StringVal("batch"))
 	job.SetAttributeValue("datacenters", ctyval.Strings(t.Datacenters))
 	if t.Namespace != "" {
@@ -82,6 +125,10 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	meta[MetaKind] = MetaKindTrain
 	meta[MetaWorkers] = strconv.Itoa(t.Workers)
 	meta[MetaGPUsPerWorker] = strconv.Itoa(t.GPUsPerWorker)
+	meta[MetaTask] = Task
+	if t.Image != "" {
+		meta[MetaRun] = ""
+	}
 	job.SetAttributeValue("meta", ctyval.StringMap(meta))
 	job.AppendNewline()
 
@@ -102,18 +149,81 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	reschedule.SetAttributeValue("unlimited", cty.False)
 	group.AppendNewline()
 
-	task := group.AppendNewBlock("task", []string{Task}).Body()
-	task.SetAttributeValue("driver", cty.StringVal(Driver))
+	if t.Image == "" {
+		task := newTask(group, Task, Driver)
+		gpujobConfig(task, t, 0, "", "")
+		artifacts(task, t)
+		memberResources(task, t)
+		return f.Bytes(), nil
+	}
+
+	// A container member: the sidecar carries the host member's config
+	// and prepares the container; the docker task runs the supervisor.
+	sidecar := newTask(group, Sidecar, Driver)
+	lc := sidecar.AppendNewBlock("lifecycle", nil).Body()
+	lc.SetAttributeValue("hook", cty.StringVal("prestart"))
+	lc.SetAttributeValue("sidecar", cty.True)
+	sidecar.AppendNewline()
+	// It holds no GPUs to count: the ranks per member are explicit.
+	gpujobConfig(sidecar, t, max(t.GPUsPerWorker, 1), Task, root)
+	sidecar.AppendNewline()
+	res := sidecar.AppendNewBlock("resources", nil).Body()
+	res.SetAttributeValue("cpu", cty.NumberIntVal(spec.SidecarCPU))
+	res.SetAttributeValue("memory", cty.NumberIntVal(spec.SidecarMemoryMiB))
+	group.AppendNewline()
+
+	task := newTask(group, Task, DockerDriver)
+	// Root in the container, whatever USER the image names: the supervisor
+	// reads its root-only spec (the Consul token) and starts the ranks as
+	// the driver's default_user, as on the host.
+	task.SetAttributeValue("user", cty.StringVal("0"))
+	task.AppendNewline()
+	dockerConfig(task, t, root)
+	artifacts(task, t)
+	memberResources(task, t)
+	return f.Bytes(), nil
+}
+
+// CheckpointRoot checks a checkpoint root for Options and returns it
+// cleaned, or DefaultCheckpointRoot for "".
+func CheckpointRoot(root string) (string, error) {
+	if root == "" {
+		return DefaultCheckpointRoot, nil
+	}
+	switch {
+	case !path.IsAbs(root):
+		return "", fmt.Errorf("checkpoint root %q must be an absolute path (the gpujob driver's checkpoint_root on the clients)", root)
+	case !utf8.ValidString(root) || strings.IndexFunc(root, unicode.IsControl) >= 0 ||
+		strings.Contains(root, "${") || strings.Contains(root, "%{"):
+		// Nomad would interpolate a template sequence in a mount path.
+		return "", fmt.Errorf("checkpoint root %q may not hold control characters, invalid UTF-8, \"${\" or \"%%{\"", root)
+	}
+	return path.Clean(root), nil
+}
+
+// newTask appends task "name" on driver with gpujob's kill_timeout.
+func newTask(group *hclwrite.Body, name, driver string) *hclwrite.Body {
+	task := group.AppendNewBlock("task", []string{name}).Body()
+	task.SetAttributeValue("driver", cty.StringVal(driver))
 	// Nomad's default 5s is too short for a stop's cleanup: the supervisor
 	// gives most of kill_timeout to the ranks (to save a checkpoint on
 	// SIGTERM) and the rest to leaving the rendezvous in Consul.
 	task.SetAttributeValue("kill_timeout", cty.StringVal(Duration(KillTimeout)))
 	task.AppendNewline()
+	return task
+}
 
+// gpujobConfig writes the gpujob driver's config. A sidecar's (container
+// set) also names its docker task, the checkpoint root its mounts were
+// rendered for, and nproc ranks per member.
+func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root string) {
 	config := task.AppendNewBlock("config", nil).Body()
 	config.SetAttributeValue("command", cty.StringVal(t.Command))
 	if len(t.Args) > 0 {
 		config.SetAttributeValue("args", ctyval.Strings(t.Args))
+	}
+	if nproc > 0 {
+		config.SetAttributeValue("nproc_per_node", cty.NumberIntVal(int64(nproc)))
 	}
 	if t.Workdir != "" {
 		config.SetAttributeValue("workdir", cty.StringVal(t.Workdir))
@@ -132,6 +242,10 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 	if len(env) > 0 {
 		config.SetAttributeValue("env", ctyval.StringMap(env))
 	}
+	if container != "" {
+		config.SetAttributeValue("container_task", cty.StringVal(container))
+		config.SetAttributeValue("checkpoint_root", cty.StringVal(root))
+	}
 	config.AppendNewline()
 	rdzv := config.AppendNewBlock("rendezvous", nil).Body()
 	rdzv.SetAttributeValue("nnodes", cty.StringVal(strconv.Itoa(t.Workers)))
@@ -141,7 +255,73 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 		timeout = spec.DefaultRendezvousTimeout
 	}
 	rdzv.SetAttributeValue("join_timeout", cty.StringVal(Duration(timeout)))
+}
 
+// dockerConfig writes the docker driver's config of a container member:
+// the image runs the static supervisor the sidecar put in the run
+// directory, on the host network (the rendezvous port is the node's), with
+// the checkpoint directory at the path the supervisor and the ranks know.
+func dockerConfig(task *hclwrite.Body, t *spec.Train, root string) {
+	config := task.AppendNewBlock("config", nil).Body()
+	config.SetAttributeValue("image", cty.StringVal(t.Image))
+	config.SetAttributeValue("command", cty.StringVal(containermember.SupervisorPath()))
+	config.SetAttributeValue("args", ctyval.Strings([]string{containermember.SpecPath()}))
+	config.SetAttributeValue("network_mode", cty.StringVal("host"))
+	// An init as PID 1 forwards the stop signal to the supervisor and
+	// reaps what the ranks leave.
+	config.SetAttributeValue("init", cty.True)
+	if p := t.ImagePull; p != nil {
+		if p.Force {
+			config.SetAttributeValue("force_pull", cty.True)
+		}
+		if p.Timeout > 0 {
+			config.SetAttributeValue("image_pull_timeout", cty.StringVal(Duration(p.Timeout)))
+		}
+	}
+	if t.Resources.ShmMiB > 0 {
+		// Bytes; the container's /dev/shm instead of extra task memory.
+		config.SetAttributeValue("shm_size", cty.NumberIntVal(int64(t.Resources.ShmMiB)<<20))
+	}
+	if p := t.ImagePull; p != nil && p.Auth != nil && *p.Auth != (spec.RegistryAuth{}) {
+		config.AppendNewline()
+		auth := config.AppendNewBlock("auth", nil).Body()
+		for _, a := range []struct{ name, value string }{
+			{"username", p.Auth.Username}, {"password", p.Auth.Password}, {"server_address", p.Auth.ServerAddress},
+		} {
+			if a.value != "" {
+				auth.SetAttributeValue(a.name, cty.StringVal(a.value))
+			}
+		}
+	}
+
+	// The run directory: the supervisor and its spec, read-only.
+	config.AppendNewline()
+	run := config.AppendNewBlock("mount", nil).Body()
+	run.SetAttributeValue("type", cty.StringVal("bind"))
+	run.SetAttributeRaw("source", quoted(literal(containermember.RunRoot+"/"), interp("NOMAD_ALLOC_ID")))
+	run.SetAttributeValue("target", cty.StringVal(containermember.MountPoint))
+	run.SetAttributeValue("readonly", cty.True)
+
+	// The run's checkpoint directory, which the sidecar creates as the
+	// driver does for a host member: <root>/<namespace>/<job>[/<run>],
+	// with each name in its safe encoding (internal/safename). Both are
+	// the ones the job runs under, as the driver sees them: NOMAD_NAMESPACE
+	// or `nomad job run -namespace` choose the namespace over the spec's,
+	// and a rendered file may be run under another job ID. A namespace
+	// name is always its own encoding, and so is every job ID gpujob
+	// renders.
+	config.AppendNewline()
+	ckpt := quoted(literal(root+"/"), interp("NOMAD_NAMESPACE"), literal("/"), interp("NOMAD_JOB_ID"), literal("/"), interp("NOMAD_META_"+MetaRun))
+	mnt := config.AppendNewBlock("mount", nil).Body()
+	mnt.SetAttributeValue("type", cty.StringVal("bind"))
+	mnt.SetAttributeRaw("source", ckpt)
+	mnt.SetAttributeRaw("target", ckpt)
+	mnt.SetAttributeValue("readonly", cty.False)
+}
+
+// artifacts writes the spec's artifact blocks (into the member task's
+// local/ directory).
+func artifacts(task *hclwrite.Body, t *spec.Train) {
 	for _, a := range t.Artifacts {
 		task.AppendNewline()
 		art := task.AppendNewBlock("artifact", nil).Body()
@@ -157,50 +337,67 @@ func Jobspec(t *spec.Train) ([]byte, error) {
 			}
 		}
 	}
+}
 
+// memberResources writes the member task's resources: the spec's cpu and
+// memory (with shm on the host, whose /dev/shm pages are charged to the
+// task) and the GPUs with their constraints.
+func memberResources(task *hclwrite.Body, t *spec.Train) {
 	task.AppendNewline()
 	res := task.AppendNewBlock("resources", nil).Body()
 	res.SetAttributeValue("cpu", cty.NumberIntVal(int64(t.Resources.CPU)))
-	// /dev/shm pages are charged to the task's memory: reserve both.
-	res.SetAttributeValue("memory", cty.NumberIntVal(int64(t.Resources.TaskMemoryMiB())))
-	if t.GPUsPerWorker > 0 {
-		res.AppendNewline()
-		dev := res.AppendNewBlock("device", []string{Device}).Body()
-		dev.SetAttributeValue("count", cty.NumberIntVal(int64(t.GPUsPerWorker)))
-		if t.GPU != nil && t.GPU.Model != "" {
-			dev.AppendNewline()
-			c := dev.AppendNewBlock("constraint", nil).Body()
-			c.SetAttributeRaw("attribute", interpolation("device", "model"))
-			c.SetAttributeValue("value", cty.StringVal(t.GPU.Model))
-		}
-		if t.GPU != nil && t.GPU.MinMemoryMiB > 0 {
-			dev.AppendNewline()
-			c := dev.AppendNewBlock("constraint", nil).Body()
-			c.SetAttributeRaw("attribute", interpolation("device", "attr", "memory"))
-			c.SetAttributeValue("operator", cty.StringVal(">="))
-			c.SetAttributeValue("value", cty.StringVal(Memory(t.GPU.MinMemoryMiB)))
-		}
+	res.SetAttributeValue("memory", cty.NumberIntVal(int64(t.MemberMemoryMiB())))
+	if t.GPUsPerWorker == 0 {
+		return
 	}
-	return f.Bytes(), nil
+	res.AppendNewline()
+	dev := res.AppendNewBlock("device", []string{Device}).Body()
+	dev.SetAttributeValue("count", cty.NumberIntVal(int64(t.GPUsPerWorker)))
+	if t.GPU != nil && t.GPU.Model != "" {
+		dev.AppendNewline()
+		c := dev.AppendNewBlock("constraint", nil).Body()
+		c.SetAttributeRaw("attribute", interpolation("device", "model"))
+		c.SetAttributeValue("value", cty.StringVal(t.GPU.Model))
+	}
+	if t.GPU != nil && t.GPU.MinMemoryMiB > 0 {
+		dev.AppendNewline()
+		c := dev.AppendNewBlock("constraint", nil).Body()
+		c.SetAttributeRaw("attribute", interpolation("device", "attr", "memory"))
+		c.SetAttributeValue("operator", cty.StringVal(">="))
+		c.SetAttributeValue("value", cty.StringVal(Memory(t.GPU.MinMemoryMiB)))
+	}
 }
 
 // interpolation is the tokens of "${a.b.c}": a Nomad runtime attribute
 // (the jobspec parser leaves ${device.*}, ${attr.*}, … to the scheduler).
-func interpolation(parts ...string) hclwrite.Tokens {
-	toks := hclwrite.Tokens{
-		{Type: hclsyntax.TokenOQuote, Bytes: []byte(`"`)},
-		{Type: hclsyntax.TokenTemplateInterp, Bytes: []byte(`${`)},
+func interpolation(parts ...string) hclwrite.Tokens { return quoted(interp(parts...)) }
+
+// quoted is a quoted string of pieces: literal text and interpolations.
+func quoted(pieces ...hclwrite.Tokens) hclwrite.Tokens {
+	toks := hclwrite.Tokens{{Type: hclsyntax.TokenOQuote, Bytes: []byte(`"`)}}
+	for _, p := range pieces {
+		toks = append(toks, p...)
 	}
+	return append(toks, &hclwrite.Token{Type: hclsyntax.TokenCQuote, Bytes: []byte(`"`)})
+}
+
+// literal is s inside a quoted string, escaped ("$${" for "${").
+func literal(s string) hclwrite.Tokens {
+	toks := hclwrite.TokensForValue(cty.StringVal(s))
+	return toks[1 : len(toks)-1] // without the quotes
+}
+
+// interp is "${a.b.c}" inside a quoted string: left to Nomad, which
+// interpolates runtime variables and attributes.
+func interp(parts ...string) hclwrite.Tokens {
+	toks := hclwrite.Tokens{{Type: hclsyntax.TokenTemplateInterp, Bytes: []byte(`${`)}}
 	for i, p := range parts {
 		if i > 0 {
 			toks = append(toks, &hclwrite.Token{Type: hclsyntax.TokenDot, Bytes: []byte(".")})
 		}
 		toks = append(toks, &hclwrite.Token{Type: hclsyntax.TokenIdent, Bytes: []byte(p)})
 	}
-	return append(toks,
-		&hclwrite.Token{Type: hclsyntax.TokenTemplateSeqEnd, Bytes: []byte("}")},
-		&hclwrite.Token{Type: hclsyntax.TokenCQuote, Bytes: []byte(`"`)},
-	)
+	return append(toks, &hclwrite.Token{Type: hclsyntax.TokenTemplateSeqEnd, Bytes: []byte("}")})
 }
 
 // Duration writes d the short way: "5m", "1h30m", "90s" → "1m30s".

@@ -148,7 +148,7 @@ func CheckCapacity(t *Train, most int, nodes string) hcl.Diagnostics {
 	if t == nil || t.Workers <= most {
 		return nil
 	}
-	size := fmt.Sprintf("%d MHz CPU, %d MiB memory", t.Resources.CPU, t.Resources.TaskMemoryMiB())
+	size := fmt.Sprintf("%d MHz CPU, %d MiB memory", t.WorkerCPU(), t.WorkerMemoryMiB())
 	if t.GPUsPerWorker > 0 {
 		size = fmt.Sprintf("%d GPU(s), %s", t.GPUsPerWorker, size)
 	}

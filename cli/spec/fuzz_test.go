@@ -67,6 +67,30 @@ train "x" {
     every = 5
   }
 }`, "n=3", false},
+		{`variable "image" {
+  default = "gpujob-train:latest"
+}
+train "x" {
+  command = "/usr/bin/python3"
+  args    = ["-u", "t.py"]
+  image   = var.image
+  preload = ["torch"]
+  image_pull {
+    force   = true
+    timeout = "90s"
+    auth {
+      username       = "u"
+      password       = "$${P}"
+      server_address = "r.example.com"
+    }
+  }
+  resources {
+    shm = 64
+  }
+}`, "image=r.example.com/a/b@sha256:00", false},
+		{"train \"x\" {\n  command = \"a\"\n  image_pull {\n  }\n}\n", "", false},
+		{"train \"x\" {\n  command = \"a\"\n  image = \"b\"\n  image_pull {\n    timeout = \"-1s\"\n    auth {\n    }\n  }\n}\n", "", false},
+		{`{"train": {"j": {"command": "/bin/true", "image": "busybox", "image_pull": {"force": true, "auth": {"username": "u"}}}}}`, "", true},
 		{`{"train": {"j": {"command": "/bin/true", "workers": 2}}}`, "", true},
 		{`{"variable": {"w": {"default": 1}}, "train": {"j": {"command": "/bin/true", "workers": "${var.w}"}}}`, "w=2", true},
 		{"train \"x\" {\n  command = \"/bin/true\"\n  workers = 100000000000\n}\n", "", false},
@@ -208,6 +232,12 @@ func checkTrain(t *testing.T, tr *spec.Train) {
 			bad("reserved meta key %q", k)
 		}
 	}
+	if tr.Image != "" && (strings.TrimSpace(tr.Image) == "" || strings.IndexFunc(tr.Image, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0) {
+		bad("image %q", tr.Image)
+	}
+	if p := tr.ImagePull; p != nil && (tr.Image == "" || p.Timeout < 0) {
+		bad("image_pull %+v with image %q", p, tr.Image)
+	}
 	for _, a := range tr.Artifacts {
 		if a.Source == "" {
 			bad("an artifact without source")
@@ -236,6 +266,25 @@ func encode(tr *spec.Train) []byte {
 	}
 	if tr.Workdir != "" {
 		b.SetAttributeValue("workdir", cty.StringVal(tr.Workdir))
+	}
+	if tr.Preload != nil {
+		b.SetAttributeValue("preload", ctyval.Strings(tr.Preload))
+	}
+	if tr.Image != "" {
+		b.SetAttributeValue("image", cty.StringVal(tr.Image))
+	}
+	if p := tr.ImagePull; p != nil {
+		pb := b.AppendNewBlock("image_pull", nil).Body()
+		pb.SetAttributeValue("force", cty.BoolVal(p.Force))
+		if p.Timeout != 0 {
+			pb.SetAttributeValue("timeout", cty.StringVal(p.Timeout.String()))
+		}
+		if a := p.Auth; a != nil {
+			ab := pb.AppendNewBlock("auth", nil).Body()
+			ab.SetAttributeValue("username", cty.StringVal(a.Username))
+			ab.SetAttributeValue("password", cty.StringVal(a.Password))
+			ab.SetAttributeValue("server_address", cty.StringVal(a.ServerAddress))
+		}
 	}
 	b.SetAttributeValue("max_failures", num(tr.MaxFailures))
 	b.SetAttributeValue("rendezvous_timeout", cty.StringVal(tr.RendezvousTimeout.String()))

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -36,6 +37,7 @@ var trainSchema = &hcl.BodySchema{
 		{Name: "env"},
 		{Name: "workdir"},
 		{Name: "preload"},
+		{Name: "image"},
 		{Name: "max_failures"},
 		{Name: "rendezvous_timeout"},
 		{Name: "datacenters"},
@@ -49,6 +51,7 @@ var trainSchema = &hcl.BodySchema{
 		{Type: "resources"},
 		{Type: "gpu"},
 		{Type: "checkpoint"},
+		{Type: "image_pull"},
 	},
 }
 
@@ -72,9 +75,18 @@ var checkpointSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{{Name: "every", Required: true}},
 }
 
-// reservedMeta are meta keys gpujob sets on every job; a spec may set no
-// key gpujob or gpujob_*.
-var reservedMeta = []string{"gpujob", "gpujob_workers", "gpujob_gpus_per_worker"}
+var imagePullSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "force"}, {Name: "timeout"}},
+	Blocks:     []hcl.BlockHeaderSchema{{Type: "auth"}},
+}
+
+var authSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "username"}, {Name: "password"}, {Name: "server_address"}},
+}
+
+// reservedMeta are meta keys gpujob sets on a job (gpujob_run: `gpujob
+// submit`, per submission); a spec may set no key gpujob or gpujob_*.
+var reservedMeta = []string{"gpujob", "gpujob_workers", "gpujob_gpus_per_worker", "gpujob_task", "gpujob_run"}
 
 var (
 	validNamespace = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
@@ -274,6 +286,14 @@ func (d *decoder) str(path string, a *hcl.Attribute, dst *string) bool {
 	return ok
 }
 
+func (d *decoder) bool(path string, a *hcl.Attribute, dst *bool) bool {
+	v, ok := d.value(path, a, cty.Bool)
+	if ok {
+		*dst = v.True()
+	}
+	return ok
+}
+
 func (d *decoder) strList(path string, a *hcl.Attribute, dst *[]string) bool {
 	v, ok := d.value(path, a, cty.List(cty.String))
 	if !ok {
@@ -394,6 +414,23 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 			d.errorf(a.Expr.Range(), "Invalid preload", "%s.", err)
 		}
 	}
+	n := len(d.diags)
+	if d.str("image", at["image"], &t.Image) {
+		switch {
+		case strings.TrimSpace(t.Image) == "":
+			d.errorf(at["image"].Expr.Range(), "Invalid image", "image may not be empty; leave it out to run the members on the host.")
+		case strings.IndexFunc(t.Image, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+			d.errorf(at["image"].Expr.Range(), "Invalid image", "%q is not an image reference: it contains white space or a control character.", t.Image)
+		}
+	}
+	imageBad := len(d.diags) > n
+	if blk := d.singleBlock(c.Blocks, "image_pull"); blk != nil {
+		t.ImagePull = d.imagePull(blk)
+		if t.Image == "" && !imageBad {
+			d.errorf(blk.DefRange, "image_pull without image",
+				`image_pull { … } says how the docker driver pulls the members' image, but the spec names no image: set image = "REF" or remove the block.`)
+		}
+	}
 	if d.str("workdir", at["workdir"], &t.Workdir) && !path.IsAbs(t.Workdir) {
 		d.errorf(at["workdir"].Expr.Range(), "Invalid workdir", "workdir must be an absolute path on the clients (shared storage), got %q.", t.Workdir)
 	}
@@ -499,6 +536,35 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 	t.Ranges.Workers = t.Ranges.Of("workers")
 	t.Ranges.GPUsPerWorker = t.Ranges.Of("gpus_per_worker")
 	return t, d.diags
+}
+
+// imagePull decodes image_pull { force timeout auth { … } }.
+func (d *decoder) imagePull(b *hcl.Block) *ImagePull {
+	d.attrs["image_pull"] = b.DefRange
+	c := d.content(b, imagePullSchema)
+	p := &ImagePull{}
+	d.bool("image_pull.force", c.Attributes["force"], &p.Force)
+	var timeout string
+	if a := c.Attributes["timeout"]; d.str("image_pull.timeout", a, &timeout) {
+		dur, err := time.ParseDuration(timeout)
+		switch {
+		case err != nil:
+			d.errorf(a.Expr.Range(), "Invalid duration", "image_pull.timeout %q is not a duration: use a number and a unit, e.g. \"90s\", \"5m\", \"1h\".", timeout)
+		case dur <= 0:
+			d.errorf(a.Expr.Range(), "Invalid duration", "image_pull.timeout must be positive, got %q.", timeout)
+		default:
+			p.Timeout = dur
+		}
+	}
+	if blk := d.singleBlock(c.Blocks, "auth"); blk != nil {
+		d.attrs["image_pull.auth"] = blk.DefRange
+		ac := d.content(blk, authSchema)
+		p.Auth = &RegistryAuth{}
+		d.str("image_pull.auth.username", ac.Attributes["username"], &p.Auth.Username)
+		d.str("image_pull.auth.password", ac.Attributes["password"], &p.Auth.Password)
+		d.str("image_pull.auth.server_address", ac.Attributes["server_address"], &p.Auth.ServerAddress)
+	}
+	return p
 }
 
 // EnvCheckpointEvery is the environment variable that carries

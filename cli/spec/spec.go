@@ -60,12 +60,20 @@ type Train struct {
 	Args          []string
 	Env           map[string]string
 	// Workdir is the ranks' working directory: an absolute host path,
-	// normally on shared storage. Empty: the task directory.
+	// normally on shared storage (a path in the image for an image job).
+	// Empty: the task directory.
 	Workdir string
 	// Preload lists Python modules each rank slot imports once into a
 	// waiting interpreter, so that a group restart forks the ranks instead
 	// of starting Python again (the driver's preload).
-	Preload   []string
+	Preload []string
+	// Image is the container image every member runs in, through Nomad's
+	// docker driver, with a gpujob-driver sidecar that prepares it; empty:
+	// the members are host processes of the gpujob driver.
+	Image string
+	// ImagePull is image_pull { … }: how the docker driver pulls Image;
+	// nil when the spec has no such block.
+	ImagePull *ImagePull
 	Artifacts []Artifact
 	Resources Resources
 	// GPU holds device constraints; nil when the spec has no gpu block.
@@ -91,18 +99,68 @@ type Artifact struct {
 	Options     map[string]string
 }
 
-// Resources are one allocation's reservation.
+// ImagePull holds the docker driver's pull settings.
+type ImagePull struct {
+	Force   bool          // force_pull
+	Timeout time.Duration // image_pull_timeout; 0: the docker driver's default
+	// Auth is the registry login; nil: the client's own docker credentials.
+	Auth *RegistryAuth
+}
+
+// RegistryAuth is the docker driver's auth block; empty fields are left out.
+type RegistryAuth struct {
+	Username      string
+	Password      string
+	ServerAddress string
+}
+
+// Resources are one member's reservation.
 type Resources struct {
 	CPU       int // MHz
 	MemoryMiB int
-	// ShmMiB is the /dev/shm the ranks' DataLoader workers may fill. Its
-	// pages count against the task's memory, so the rendered task reserves
-	// MemoryMiB + ShmMiB.
+	// ShmMiB is the /dev/shm the ranks' DataLoader workers may fill. On the
+	// host its pages count against the task's memory, so the rendered task
+	// reserves MemoryMiB + ShmMiB; in a container it is the docker driver's
+	// shm_size instead.
 	ShmMiB int
 }
 
-// TaskMemoryMiB is the memory the rendered task reserves: memory + shm.
+// TaskMemoryMiB is the memory a host member's task reserves: memory + shm.
 func (r Resources) TaskMemoryMiB() int { return r.MemoryMiB + r.ShmMiB }
+
+// The reservation of an image job's gpujob sidecar, which only prepares the
+// container member and relays its events: the ranks run in the container.
+const (
+	SidecarCPU       = 50 // MHz
+	SidecarMemoryMiB = 64
+)
+
+// MemberMemoryMiB is the memory the member task reserves: memory + shm on
+// the host (TaskMemoryMiB), memory alone in a container, whose /dev/shm is
+// the docker driver's shm_size.
+func (t *Train) MemberMemoryMiB() int {
+	if t.Image != "" {
+		return t.Resources.MemoryMiB
+	}
+	return t.Resources.TaskMemoryMiB()
+}
+
+// WorkerCPU and WorkerMemoryMiB are what one worker's allocation reserves:
+// the member task's, plus the sidecar's for an image job. Capacity checks
+// count with these.
+func (t *Train) WorkerCPU() int {
+	if t.Image != "" {
+		return t.Resources.CPU + SidecarCPU
+	}
+	return t.Resources.CPU
+}
+
+func (t *Train) WorkerMemoryMiB() int {
+	if t.Image != "" {
+		return t.MemberMemoryMiB() + SidecarMemoryMiB
+	}
+	return t.MemberMemoryMiB()
+}
 
 // GPU holds the device constraints of gpu { model, min_memory }.
 type GPU struct {

@@ -143,6 +143,64 @@ train "full" {
 	}
 }
 
+func TestImageSpec(t *testing.T) {
+	src := `variable "image" {
+  default = "gpujob-train:latest"
+}
+train "img" {
+  command = "/usr/bin/python3"
+  image   = var.image
+  image_pull {
+    force   = true
+    timeout = "10m"
+    auth {
+      username       = "robot"
+      password       = "s3cret"
+      server_address = "registry.example.com"
+    }
+  }
+  resources {
+    memory = 4096
+    shm    = 1024
+  }
+}`
+	tr, errs := parse(t, src, spec.Options{Vars: []string{"image=registry.example.com/ml/bert:1.4"}})
+	if errs != "" {
+		t.Fatal(errs)
+	}
+	if tr.Image != "registry.example.com/ml/bert:1.4" {
+		t.Errorf("image %q", tr.Image)
+	}
+	want := &spec.ImagePull{Force: true, Timeout: 10 * time.Minute,
+		Auth: &spec.RegistryAuth{Username: "robot", Password: "s3cret", ServerAddress: "registry.example.com"}}
+	if !reflect.DeepEqual(tr.ImagePull, want) {
+		t.Errorf("image_pull %+v, want %+v", tr.ImagePull, want)
+	}
+	for path, line := range map[string]int{"image": 6, "image_pull": 7, "image_pull.timeout": 9, "image_pull.auth": 10, "image_pull.auth.password": 12} {
+		if r := tr.Ranges.Of(path); r.Start.Line != line {
+			t.Errorf("range of %s = %s, want line %d", path, r, line)
+		}
+	}
+	// A container's /dev/shm is docker's shm_size: the member task reserves
+	// memory alone, the allocation the sidecar's too.
+	if tr.MemberMemoryMiB() != 4096 || tr.WorkerMemoryMiB() != 4096+spec.SidecarMemoryMiB || tr.WorkerCPU() != 1000+spec.SidecarCPU {
+		t.Errorf("member memory %d, worker %d MiB %d MHz", tr.MemberMemoryMiB(), tr.WorkerMemoryMiB(), tr.WorkerCPU())
+	}
+	tr.Image = ""
+	if tr.MemberMemoryMiB() != 5120 || tr.WorkerMemoryMiB() != 5120 || tr.WorkerCPU() != 1000 {
+		t.Errorf("host: member memory %d, worker %d MiB %d MHz", tr.MemberMemoryMiB(), tr.WorkerMemoryMiB(), tr.WorkerCPU())
+	}
+
+	// image alone; image_pull with nothing in it.
+	tr, errs = parse(t, "train \"x\" {\n  command = \"a\"\n  image = \"busybox\"\n  image_pull {\n  }\n}\n", spec.Options{})
+	if errs != "" {
+		t.Fatal(errs)
+	}
+	if tr.Image != "busybox" || !reflect.DeepEqual(tr.ImagePull, &spec.ImagePull{}) {
+		t.Errorf("image %q, image_pull %+v", tr.Image, tr.ImagePull)
+	}
+}
+
 // TestErrors: every error names file:line:col and says what is wrong.
 func TestErrors(t *testing.T) {
 	// train wraps attribute lines in a train block that starts on line 1,
@@ -229,6 +287,41 @@ func TestErrors(t *testing.T) {
 			[]string{"spec.hcl:3:14: error: Missing required argument", `"every"`}},
 		{"artifact without source", train(cmd, "  artifact {", `    destination = "local"`, "  }"), spec.Options{},
 			[]string{"spec.hcl:3:12: error: Missing required argument", `"source"`}},
+		// Images (issue 13).
+		{"empty image", train(cmd, `  image = ""`), spec.Options{},
+			[]string{"spec.hcl:3:11: error: Invalid image", "may not be empty"}},
+		{"blank image", train(cmd, `  image = "  "`), spec.Options{},
+			[]string{"spec.hcl:3:11: error: Invalid image", "may not be empty"}},
+		{"image with a space", train(cmd, `  image = "bert latest"`), spec.Options{},
+			[]string{"spec.hcl:3:11: error: Invalid image", `"bert latest" is not an image reference`}},
+		{"image of the wrong type", train(cmd, `  image = ["a"]`), spec.Options{},
+			[]string{"spec.hcl:3:11: error: Incorrect attribute value type", `"image"`}},
+		{"image_pull without image", train(cmd, "  image_pull {", "    force = true", "  }"), spec.Options{},
+			[]string{"spec.hcl:3:3: error: image_pull without image", `image = "REF"`}},
+		{"image_pull with auth without image", train(cmd, "  image_pull {", "    auth {", `      username = "u"`, "    }", "  }"), spec.Options{},
+			[]string{"spec.hcl:3:3: error: image_pull without image"}},
+		{"image_pull with a null image", train(cmd, "  image = null", "  image_pull {", "  }"), spec.Options{},
+			[]string{"spec.hcl:4:3: error: image_pull without image"}},
+		{"bad image_pull timeout", train(cmd, `  image = "x"`, "  image_pull {", `    timeout = "5 minutes"`, "  }"), spec.Options{},
+			[]string{"spec.hcl:5:15: error: Invalid duration", `image_pull.timeout "5 minutes" is not a duration`}},
+		{"zero image_pull timeout", train(cmd, `  image = "x"`, "  image_pull {", `    timeout = "0s"`, "  }"), spec.Options{},
+			[]string{"spec.hcl:5:15: error: Invalid duration", "positive"}},
+		{"image_pull force not a bool", train(cmd, `  image = "x"`, "  image_pull {", `    force = "yes"`, "  }"), spec.Options{},
+			[]string{"spec.hcl:5:13: error: Incorrect attribute value type", `"force"`, "a bool is required"}},
+		{"unknown image_pull field", train(cmd, `  image = "x"`, "  image_pull {", `    force_pull = true`, "  }"), spec.Options{},
+			[]string{"spec.hcl:5:5: error: Unsupported argument", `"force_pull"`}},
+		{"unknown auth field", train(cmd, `  image = "x"`, "  image_pull {", "    auth {", `      email = "a@b"`, "    }", "  }"), spec.Options{},
+			[]string{"spec.hcl:6:7: error: Unsupported argument", `"email"`}},
+		{"auth field of the wrong type", train(cmd, `  image = "x"`, "  image_pull {", "    auth {", `      password = ["p"]`, "    }", "  }"), spec.Options{},
+			[]string{"spec.hcl:6:18: error: Incorrect attribute value type", `"password"`}},
+		{"duplicate image_pull", train(cmd, `  image = "x"`, "  image_pull {", "  }", "  image_pull {", "  }"), spec.Options{},
+			[]string{"spec.hcl:6:3: error: Duplicate image_pull block"}},
+		{"duplicate auth", train(cmd, `  image = "x"`, "  image_pull {", "    auth {", "    }", "    auth {", "    }", "  }"), spec.Options{},
+			[]string{"spec.hcl:7:5: error: Duplicate auth block"}},
+		{"reserved meta gpujob_task", train(cmd, `  meta = { gpujob_task = "x" }`), spec.Options{},
+			[]string{"spec.hcl:3:10: error: Reserved meta key", `"gpujob_task"`}},
+		{"reserved meta gpujob_run", train(cmd, `  meta = { gpujob_run = "x" }`), spec.Options{},
+			[]string{"spec.hcl:3:10: error: Reserved meta key", `"gpujob_run"`, "gpujob_run"}},
 		{"job name with space", "train \"my job\" {\n" + cmd + "\n}\n", spec.Options{},
 			[]string{"spec.hcl:1:7: error: Invalid job name", `"my job" contains a space at byte 2`, "letters, digits"}},
 		// Names that would escape the checkpoint root or break a Consul key

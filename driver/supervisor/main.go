@@ -31,6 +31,12 @@ func Main(specPath string) int {
 	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT)
 	defer signal.Stop(forward)
 
+	if spec.Container {
+		if err := checkMounted(spec.CheckpointDir); err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+			return 1
+		}
+	}
 	// The driver made the checkpoint directory, owned by the ranks' user.
 	// Before any rank starts, close the node's other GPUs to them; the
 	// deferred cleanup runs after Run has reaped every rank.
@@ -163,4 +169,17 @@ func consulClient(s ConsulSpec) (*consul.Client, error) {
 		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
 	}
 	return c, nil
+}
+
+// checkMounted refuses to start a container member whose checkpoint
+// directory the container does not have: the driver made it on the host, so
+// without the job's bind mount the ranks would write their checkpoints into
+// the container, and lose them with it.
+func checkMounted(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return fmt.Errorf("the checkpoint directory %s is not in the container: the docker task needs it bind-mounted at the same path "+
+			"(gpujob render writes that mount; render again with the clients' checkpoint root in GPUJOB_CHECKPOINT_ROOT)", dir)
+	}
+	return nil
 }

@@ -77,6 +77,10 @@ type Spec struct {
 	// StopDeadlineFile is where the driver writes when a stop's SIGKILL
 	// comes, before it signals (WriteStopDeadline).
 	StopDeadlineFile string `json:"stop_deadline_file,omitempty"`
+	// Container says the supervisor runs in a container member's container
+	// (the driver's container.go), where the checkpoint directory must be
+	// a mount of the host's, never a directory of the container's own.
+	Container bool `json:"container,omitempty"`
 }
 
 // Member identifies this allocation in the rendezvous.

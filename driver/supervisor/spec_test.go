@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -34,5 +35,19 @@ func TestValidateRefusesWhatARankCouldNotBeGiven(t *testing.T) {
 		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Validate() = %v, want an error about %q", c.name, err, c.want)
 		}
+	}
+}
+
+// A container member whose checkpoint directory is not mounted must not
+// start: its ranks would checkpoint into the container and lose it all.
+func TestCheckMountedNamesTheMissingMount(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkMounted(dir); err != nil {
+		t.Fatalf("an existing directory: %v", err)
+	}
+	missing := filepath.Join(dir, "not-mounted")
+	err := checkMounted(missing)
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "bind-mounted at the same path") {
+		t.Fatalf("err = %v; want one naming %s and the mount", err, missing)
 	}
 }

@@ -53,9 +53,8 @@ type zygote struct {
 	cmd   *exec.Cmd
 	conn  *net.UnixConn
 	group ProcessGroup
-	ready chan struct{} // closed once err or pid is set
-	pid   int
-	err   error // why the slot starts cold
+	ready chan struct{} // closed once the preload is done or err is set
+	err   error         // why the slot starts cold
 	exit  chan error
 }
 

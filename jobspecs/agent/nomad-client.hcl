@@ -63,7 +63,9 @@ client {
   # share the default "/nomad" parent.
   cgroup_parent = "/gpujob-dev-client-1"
 
-  # Skip fingerprinting drivers a GPU training host doesn't use.
+  # Skip fingerprinting drivers a GPU training host doesn't use. For
+  # training in images (`image` in a train spec) take docker off the list
+  # and add the docker plugin block below.
   options {
     "driver.denylist" = "docker,qemu,java"
   }
@@ -80,6 +82,22 @@ plugin "raw_exec" {
     enabled = true
   }
 }
+
+# Nomad's docker driver, for container members (scripts/dev-up.sh with
+# GPUJOB_DEV_DOCKER=1 renders this): both mounts of a container member are
+# host paths (the run directory /run/gpujob/<alloc> and the checkpoint
+# directory), so bind mounts must be allowed. A task whose GPU reservation
+# sets NVIDIA_VISIBLE_DEVICES runs under the dockerd runtime named "nvidia"
+# (the NVIDIA Container Runtime on GPU hosts).
+#
+# plugin "docker" {
+#   config {
+#     volumes {
+#       enabled = true
+#     }
+#     allow_privileged = false
+#   }
+# }
 
 # GPU device plugin: fingerprints GPUs (and their health) and reports them to
 # the scheduler as nvidia/gpu devices, with the same attribute names as
@@ -118,6 +136,11 @@ plugin "nomad-driver-gpujob" {
     # unless allow_root = true. scripts/dev-up.sh keeps both defaults.
     # default_user = "nobody"
     # allow_root   = false
+    #
+    # The static supervisor (`make build`: bin/gpujob-supervisor) that the
+    # driver copies into container members; outside plugin_dir, which
+    # must hold plugins only.
+    # container_supervisor = "/usr/local/lib/gpujob/gpujob-supervisor"
     #
     # With Consul ACLs and TLS (scripts/dev-up.sh with GPUJOB_DEV_ACL=1 and
     # GPUJOB_DEV_TLS=1 renders these):

@@ -6,6 +6,7 @@ job "bert-finetune" {
   meta = {
     gpujob                 = "train"
     gpujob_gpus_per_worker = "1"
+    gpujob_task            = "train"
     gpujob_workers         = "2"
   }
 

@@ -10,6 +10,7 @@ job "bert-t4" {
     "cost.center"          = "research-42"
     gpujob                 = "train"
     gpujob_gpus_per_worker = "2"
+    gpujob_task            = "train"
     gpujob_workers         = "4"
     team                   = "nlp"
   }

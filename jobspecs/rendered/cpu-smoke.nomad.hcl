@@ -6,6 +6,7 @@ job "cpu-smoke" {
   meta = {
     gpujob                 = "train"
     gpujob_gpus_per_worker = "0"
+    gpujob_task            = "train"
     gpujob_workers         = "2"
   }
 

@@ -216,6 +216,10 @@ def hcl_str(s):
     return json.dumps(s)  # a JSON string is a valid HCL string
 
 
+def hcl_list(items):
+    return json.dumps(list(items))  # a JSON list of strings is a valid HCL list
+
+
 def one_shot_job_hcl(job, group, task, count, driver, config, env, cpu, memory):
     """A batch job of one group of count members, each with a dynamic port "rdzv", that
     Nomad neither restarts nor reschedules: a harness measures exactly one attempt.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
@@ -352,5 +353,50 @@ func TestDriverFailureLosesItsRPCWrapping(t *testing.T) {
 	plain := &api.TaskEvent{Type: api.TaskDriverFailure, DisplayMessage: "the rpc error: code = x was here"}
 	if got := EventText(plain); got != plain.DisplayMessage {
 		t.Fatalf("EventText = %q", got)
+	}
+}
+
+func TestTaskName(t *testing.T) {
+	withTasks := func(meta map[string]string, tasks ...*api.Task) *api.Job {
+		job := fixture.TrainJob("j", 2, 1)
+		job.TaskGroups[0].Tasks = tasks
+		for k, v := range meta {
+			job.Meta[k] = v
+		}
+		return job
+	}
+	// An image job: a gpujob-driver sidecar and the docker member task.
+	sidecar, member := api.NewTask("gpujob", "gpujob"), api.NewTask("train", "docker")
+	for _, c := range []struct {
+		name string
+		job  *api.Job
+		want string
+	}{
+		{"nil job", nil, "train"},
+		{"rendered before gpujob_task: the gpujob task", fixture.TrainJob("j", 2, 1), "train"},
+		{"rendered before gpujob_task, task renamed", withTasks(nil, api.NewTask("work", "gpujob")), "work"},
+		{"image job: the meta names the docker task, not the sidecar", withTasks(map[string]string{MetaTask: "train"}, sidecar, member), "train"},
+		{"image job whose tasks are in the other order", withTasks(map[string]string{MetaTask: "train"}, member, sidecar), "train"},
+		{"the meta wins over the driver", withTasks(map[string]string{MetaTask: "main"}, api.NewTask("helper", "gpujob"), api.NewTask("main", "docker")), "main"},
+		{"a meta naming no task falls back", withTasks(map[string]string{MetaTask: "gone"}, api.NewTask("work", "gpujob")), "work"},
+		{"a job without groups takes the meta", &api.Job{Meta: map[string]string{MetaTask: "train"}}, "train"},
+		{"no meta, no gpujob task", withTasks(nil, api.NewTask("x", "docker")), "train"},
+	} {
+		if got := TaskName(c.job); got != c.want {
+			t.Errorf("%s: TaskName = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestNamesMatchRender: the names this package reads are those render writes.
+func TestNamesMatchRender(t *testing.T) {
+	for _, c := range [][2]string{
+		{MetaKind, render.MetaKind}, {MetaKindTrain, render.MetaKindTrain}, {MetaWorkers, render.MetaWorkers},
+		{MetaGPUsPerWorker, render.MetaGPUsPerWorker}, {MetaTask, render.MetaTask}, {DriverName, render.Driver},
+		{DefaultTask, render.Task}, {GPUDevice, render.Device},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("gpujobs has %q where render has %q", c[0], c[1])
+		}
 	}
 }

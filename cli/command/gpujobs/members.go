@@ -20,9 +20,11 @@ const (
 	MetaKindTrain     = "train"
 	MetaWorkers       = "gpujob_workers"
 	MetaGPUsPerWorker = "gpujob_gpus_per_worker"
-	DriverName        = "gpujob"
-	DefaultTask       = "train"
-	GPUDevice         = "nvidia/gpu"
+	// MetaTask names the member task (render.MetaTask).
+	MetaTask    = "gpujob_task"
+	DriverName  = "gpujob"
+	DefaultTask = "train"
+	GPUDevice   = "nvidia/gpu"
 )
 
 // IsNotFound reports whether err is Nomad's 404.
@@ -73,11 +75,17 @@ func MetaInt(meta map[string]string, key string) int {
 	return n
 }
 
-// TaskName is the job's training task: the one with driver "gpujob", else
-// "train".
+// TaskName is the job's member task, whose states, events and logs are the
+// member's: the task the job meta gpujob_task names (every job gpujob
+// renders has it; an image job's member is its docker task, next to a
+// gpujob-driver sidecar), else, for a job rendered before that meta, the
+// one with driver "gpujob", else "train".
 func TaskName(job *api.Job) string {
 	if job == nil {
 		return DefaultTask
+	}
+	if name := job.Meta[MetaTask]; name != "" && (len(job.TaskGroups) == 0 || hasTask(job, name)) {
+		return name
 	}
 	for _, tg := range job.TaskGroups {
 		for _, t := range tg.Tasks {
@@ -87,6 +95,17 @@ func TaskName(job *api.Job) string {
 		}
 	}
 	return DefaultTask
+}
+
+func hasTask(job *api.Job, name string) bool {
+	for _, tg := range job.TaskGroups {
+		for _, t := range tg.Tasks {
+			if t != nil && t.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Member is one allocation of the training group: the current allocation

@@ -11,14 +11,14 @@ import (
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
-	jobspec "github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 )
 
 type options struct {
-	vars     []string
-	varFiles []string
-	output   string
+	vars           []string
+	varFiles       []string
+	output         string
+	checkpointRoot string
 }
 
 // NewCmd returns the render command.
@@ -30,7 +30,11 @@ func NewCmd(f *factory.Factory) *cobra.Command {
 		Long: `Render reads the training spec SPEC and prints the Nomad jobspec (HCL2)
 that gpujob submit would register: one group of "workers" allocations run
 by the gpujob task driver, with the nvidia/gpu device request, the
-rendezvous port, and the restart policy derived from max_failures.
+rendezvous port, and the restart policy derived from max_failures. A spec
+with an image renders each member as a docker-driver task with a gpujob
+sidecar; its containers mount their checkpoints from the clients'
+checkpoint root (--checkpoint-root, $GPUJOB_CHECKPOINT_ROOT), which must
+be the gpujob driver's checkpoint_root there.
 
 It needs no Nomad agent. Errors in the spec are printed as
 file:line:col: error: … and nothing is rendered (exit 1). The output is
@@ -48,17 +52,22 @@ be kept in version control or fed to nomad job run.`,
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
+	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "write the jobspec to `file` instead of standard output")
 	return cmd
 }
 
 func run(f *factory.Factory, o *options, path string) error {
+	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+	if err != nil {
+		return err
+	}
 	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return fmt.Errorf("%s: %s; nothing rendered", path, countErrors(diags.Errs()))
 	}
-	out, err := jobspec.Jobspec(t)
+	out, err := ro.Jobspec(t)
 	if err != nil {
 		return fmt.Errorf("rendering %s: %w", path, err)
 	}

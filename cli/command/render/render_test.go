@@ -43,6 +43,63 @@ func TestRenderMatchesGolden(t *testing.T) {
 	}
 }
 
+// TestRenderImage: an image spec renders to its golden file with the
+// default checkpoint root, and with the clients' root from the environment
+// or --checkpoint-root (which wins) otherwise.
+func TestRenderImage(t *testing.T) {
+	const spec = "../../../jobspecs/examples/bert-image.hcl"
+	t.Setenv("GPUJOB_CHECKPOINT_ROOT", "")
+	out, errOut, err := execute(t, spec)
+	if err != nil || errOut != "" {
+		t.Fatalf("err %v, stderr %q", err, errOut)
+	}
+	golden, err := os.ReadFile("../../../jobspecs/rendered/bert-image.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(golden) {
+		t.Errorf("render output differs from the golden file:\n%s", out)
+	}
+	for _, c := range []struct {
+		env  string
+		args []string
+		root string
+	}{
+		{"/srv/ckpt", nil, "/srv/ckpt"},
+		{"/srv/ckpt/", nil, "/srv/ckpt"},
+		{"/srv/ckpt", []string{"--checkpoint-root", "/data/ckpt"}, "/data/ckpt"},
+		{"", []string{"--checkpoint-root=/data/ckpt"}, "/data/ckpt"},
+	} {
+		t.Setenv("GPUJOB_CHECKPOINT_ROOT", c.env)
+		out, _, err := execute(t, append(c.args, spec)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`checkpoint_root = "` + c.root + `"`,
+			`source   = "` + c.root + `/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}/${NOMAD_META_gpujob_run}"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("env %q, args %q: missing %s in\n%s", c.env, c.args, want, out)
+			}
+		}
+	}
+	// A root the driver could not have is refused, naming where it came from.
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"relative", nil, `GPUJOB_CHECKPOINT_ROOT: checkpoint root "relative" must be an absolute path`},
+		{"", []string{"--checkpoint-root", "rel/x"}, `--checkpoint-root: checkpoint root "rel/x" must be an absolute path`},
+		{"", []string{"--checkpoint-root", "/x/${NOMAD_JOB_ID}"}, "--checkpoint-root: checkpoint root"},
+	} {
+		t.Setenv("GPUJOB_CHECKPOINT_ROOT", c.env)
+		out, _, err := execute(t, append(c.args, spec)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || out != "" {
+			t.Errorf("env %q, args %q: err %v, want %q; stdout %q", c.env, c.args, err, c.want, out)
+		}
+	}
+}
+
 func TestRenderVars(t *testing.T) {
 	dir := t.TempDir()
 	vf := filepath.Join(dir, "v.hcl")
@@ -128,7 +185,7 @@ func TestRenderHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"render SPEC", "Examples:", "gpujob render jobspecs/examples/bert-finetune.hcl", "--var", "--var-file", "-o, --output"} {
+	for _, want := range []string{"render SPEC", "Examples:", "gpujob render jobspecs/examples/bert-finetune.hcl", "--var", "--var-file", "-o, --output", "--checkpoint-root", "GPUJOB_CHECKPOINT_ROOT"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}

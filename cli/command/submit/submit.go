@@ -37,11 +37,12 @@ func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
 type options struct {
-	vars     []string
-	varFiles []string
-	noQueue  bool
-	detach   bool
-	logs     bool
+	vars           []string
+	varFiles       []string
+	checkpointRoot string
+	noQueue        bool
+	detach         bool
+	logs           bool
 }
 
 // NewCmd returns the submit command.
@@ -70,6 +71,7 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
+	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
 	cmd.Flags().BoolVar(&o.noQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
 	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
 	cmd.Flags().BoolVar(&o.logs, "logs", false, "also stream every worker's stdout while watching")
@@ -78,12 +80,16 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 
 func run(ctx context.Context, f *factory.Factory, o *options, path string) error {
 	out := f.IO.Out
+	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+	if err != nil {
+		return &ExitError{Code: 1, Err: err}
+	}
 	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was submitted", path)}
 	}
-	hcl, err := render.Jobspec(t)
+	hcl, err := ro.Jobspec(t)
 	if err != nil {
 		return fmt.Errorf("rendering %s: %w", path, err)
 	}
@@ -103,7 +109,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	// partly placed, and wait on a rendezvous that can never complete:
 	// refuse it before anything is registered.
 	ask := explain.Ask{Workers: t.Workers, GPUsPerWorker: t.GPUsPerWorker, NodePool: t.NodePool,
-		Datacenters: t.Datacenters, CPU: t.Resources.CPU, MemoryMiB: t.Resources.TaskMemoryMiB()}
+		Datacenters: t.Datacenters, CPU: t.WorkerCPU(), MemoryMiB: t.WorkerMemoryMiB()}
 	if t.GPU != nil {
 		ask.Model, ask.MinGPUMemoryMiB = t.GPU.Model, t.GPU.MinMemoryMiB
 	}
@@ -120,16 +126,18 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 		return err
 	}
 	// Each submission is a new run: its own checkpoint directory (the driver
-	// reads this stamp), so it does not resume its predecessor's end.
+	// reads this stamp, and an image job's containers mount the directory
+	// it names), so it does not resume its predecessor's end. It replaces
+	// the rendered default.
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta["gpujob_run"] = strconv.FormatInt(f.Now().Unix(), 10)
+	job.Meta[render.MetaRun] = strconv.FormatInt(f.Now().Unix(), 10)
 	plan, err := nomad.Plan(job)
 	if err != nil {
 		return err
 	}
-	why := explain.Placement(ask, plan.FailedTGAllocs["train"], nodes)
+	why := explain.Placement(ask, plan.FailedTGAllocs[render.Group], nodes)
 	if why != "" && o.noQueue {
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}

@@ -342,6 +342,11 @@ func TestSubmitRefusesAGroupTheEmptyClusterCannotHold(t *testing.T) {
 		// (32768-256) MiB / (8000+192) = 3 on each T4 node, 2 on the CPU node.
 		{"memory-bound CPU job", train("  workers = 20", "  gpus_per_worker = 0", "  resources {", "    memory = 8000", "    shm = 192", "  }"), 8, []string{
 			"at most 8 workers of this size (1000 MHz CPU, 8192 MiB memory)", "gpu-1 3 (memory)", "cpu-1 2 (memory)"}},
+		// In a container shm is docker's shm_size, not memory, and the
+		// gpujob sidecar reserves 50 MHz and 64 MiB: (32768-256) MiB /
+		// (8000+64) = 4 on each T4 node.
+		{"memory-bound CPU image job", train("  workers = 20", "  gpus_per_worker = 0", `  image = "busybox"`, "  resources {", "    memory = 8000", "    shm = 192", "  }"), 10, []string{
+			"at most 10 workers of this size (1050 MHz CPU, 8064 MiB memory)", "gpu-1 4 (memory)", "cpu-1 2 (memory)"}},
 		{"node pool", train("  workers = 3", "  gpus_per_worker = 4", `  node_pool = "big"`), 2, []string{
 			"at most 2 workers", "gpu-3 2 (GPUs)", "gpu-1 0 (node pool default)"}},
 		{"GPU model", train("  workers = 9", "  gpu {", `    model = "Tesla T4"`, "  }"), 8, []string{
@@ -390,4 +395,63 @@ func TestSubmitTakesAGroupThatFitsTheEmptyCluster(t *testing.T) {
 			t.Fatalf("workers = %d: err %v, registered %d, planned %v\n%s%s", workers, err, len(f.Registered), *planned, out, errOut)
 		}
 	}
+}
+
+const imageSpec = `train "bert" {
+  workers         = 2
+  gpus_per_worker = 1
+  image           = "gpujob-train:latest"
+  command         = "/usr/bin/python3"
+  args            = ["train.py"]
+}
+`
+
+// TestSubmitImageSpec: an image job is rendered with the clients'
+// checkpoint root (--checkpoint-root, else GPUJOB_CHECKPOINT_ROOT), and the
+// submission's run replaces the rendered empty gpujob_run, which the
+// containers' checkpoint mount reads.
+func TestSubmitImageSpec(t *testing.T) {
+	for _, c := range []struct {
+		name, env string
+		args      []string
+		root      string
+	}{
+		{"default", "", nil, "/var/lib/gpujob/checkpoints"},
+		{"environment", "/srv/ckpt", nil, "/srv/ckpt"},
+		{"flag over environment", "/srv/ckpt", []string{"--checkpoint-root", "/data/ckpt"}, "/data/ckpt"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GPUJOB_CHECKPOINT_ROOT", c.env)
+			f := cluster(t)
+			f.ParseHCLFunc = func(hcl, vars string) (*api.Job, error) {
+				for _, want := range []string{`driver       = "docker"`, `checkpoint_root = "` + c.root + `"`,
+					`source   = "` + c.root + `/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}/${NOMAD_META_gpujob_run}"`} {
+					if !strings.Contains(hcl, want) {
+						t.Errorf("rendered jobspec lacks %s:\n%s", want, hcl)
+					}
+				}
+				id, count := "bert", 2
+				return &api.Job{ID: &id, Name: &id, Meta: map[string]string{"gpujob": "train", "gpujob_run": "", "gpujob_task": "train"},
+					TaskGroups: []*api.TaskGroup{{Name: strp("train"), Count: &count}}}, nil
+			}
+			out, errOut, err := runCmd(t, f, append(append([]string{"--detach"}, c.args...), writeSpec(t, imageSpec))...)
+			if err != nil {
+				t.Fatalf("submit: %v\n%s%s", err, out, errOut)
+			}
+			if len(f.Registered) != 1 {
+				t.Fatalf("registered %d jobs", len(f.Registered))
+			}
+			if run := f.Registered[0].Meta["gpujob_run"]; !regexp.MustCompile(`^17644900\d\d$`).MatchString(run) {
+				t.Errorf("gpujob_run = %q, want the submission's time", run)
+			}
+		})
+	}
+	t.Run("a relative checkpoint root", func(t *testing.T) {
+		t.Setenv("GPUJOB_CHECKPOINT_ROOT", "ckpt")
+		f := cluster(t)
+		_, _, err := runCmd(t, f, "--detach", writeSpec(t, imageSpec))
+		if err == nil || !strings.Contains(err.Error(), "GPUJOB_CHECKPOINT_ROOT") || !strings.Contains(err.Error(), "absolute") || len(f.Registered) != 0 {
+			t.Errorf("error %v, registered %d", err, len(f.Registered))
+		}
+	})
 }

@@ -8,13 +8,13 @@ import (
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 )
 
 type options struct {
-	vars     []string
-	varFiles []string
+	vars           []string
+	varFiles       []string
+	checkpointRoot string
 }
 
 // NewCmd returns the validate command.
@@ -42,17 +42,22 @@ which asks Nomad.`,
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
+	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
 	return cmd
 }
 
 func run(f *factory.Factory, o *options, path string) error {
+	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+	if err != nil {
+		return err
+	}
 	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		n := len(diags.Errs())
 		return fmt.Errorf("%s: %d %s", path, n, plural(n, "error", "errors"))
 	}
-	if _, err := render.Jobspec(t); err != nil {
+	if _, err := ro.Jobspec(t); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	// Warnings (none today) are worth showing even when the spec is valid.

@@ -34,6 +34,7 @@ func TestValidateExamples(t *testing.T) {
 		"bert-finetune.hcl": "ok (job bert-finetune, 2 workers × 1 GPU)",
 		"cpu-smoke.hcl":     "ok (job cpu-smoke, 2 workers × 0 GPUs)",
 		"bert-t4.hcl":       "ok (job bert-t4, 4 workers × 2 GPUs)",
+		"bert-image.hcl":    "ok (job bert-image, 2 workers × 1 GPU)",
 	} {
 		out, errOut, err := execute(t, examples+file)
 		if err != nil || errOut != "" {
@@ -42,6 +43,16 @@ func TestValidateExamples(t *testing.T) {
 		if out != examples+file+": "+want+"\n" {
 			t.Errorf("%s: got %q", file, out)
 		}
+	}
+}
+
+func TestValidateCheckpointRoot(t *testing.T) {
+	t.Setenv("GPUJOB_CHECKPOINT_ROOT", "")
+	if out, _, err := execute(t, "--checkpoint-root", "/srv/ckpt", examples+"bert-image.hcl"); err != nil || !strings.Contains(out, "ok") {
+		t.Errorf("err %v, out %q", err, out)
+	}
+	if _, _, err := execute(t, "--checkpoint-root", "ckpt", examples+"bert-image.hcl"); err == nil || !strings.Contains(err.Error(), "--checkpoint-root") {
+		t.Errorf("a relative --checkpoint-root: %v", err)
 	}
 }
 

@@ -1,0 +1,239 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/drivers"
+	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
+
+	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/containermember"
+	"github.com/gpujob/gpujob/internal/taskevent"
+)
+
+// containerHarness is a driver whose container members keep their run
+// directories under the test's own directory, with this test binary as the
+// static supervisor it copies.
+func containerHarness(t *testing.T, root string) (*dtestutil.DriverHarness, string, string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRoot := t.TempDir()
+	h := harnessWith(t, Config{CheckpointRoot: root, ContainerSupervisor: self}, func(d *Driver) { d.runRoot = runRoot })
+	return h, runRoot, self
+}
+
+// TestContainerMemberPreparesTheContainerAndRelaysItsEvents runs two
+// container members as the docker driver would, without Docker: each
+// sidecar prepares its member's run directory, then the supervisor runs from
+// the spec it wrote (the test binary stands in for the static one, and the
+// events file is the host side of the container's /alloc). The group must
+// train through the rendezvous, and the supervisors' events must reach Nomad
+// as events of the docker task, not of the sidecar.
+func TestContainerMemberPreparesTheContainerAndRelaysItsEvents(t *testing.T) {
+	root := t.TempDir()
+	h, runRoot, self := containerHarness(t, root)
+	p := ports(t, 2)
+	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 1, MaxRestarts: 1,
+		Args:          []string{"-c", `echo "rank=$RANK world=$WORLD_SIZE ckpt=$GPUJOB_CHECKPOINT_DIR"`},
+		Rendezvous:    &RendezvousConfig{NNodes: "2", Port: "rdzv", JoinTimeout: "30s"},
+		ContainerTask: "train", CheckpointRoot: root}
+	cfgs := []*drivers.TaskConfig{
+		memberTask(t, h, "ctr", 0, p[0], "gpujob", tc),
+		memberTask(t, h, "ctr", 1, p[1], "gpujob", tc),
+	}
+	events, err := h.TaskEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var supers []*exec.Cmd
+	for i, cfg := range cfgs {
+		if _, _, err := h.StartTask(cfg); err != nil {
+			t.Fatalf("starting sidecar %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = h.DestroyTask(cfg.ID, true) })
+		dir := filepath.Join(runRoot, cfg.AllocID)
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("run dir %s: %v, mode %v; want 0700", dir, err, fi.Mode())
+		}
+		specPath := filepath.Join(dir, containermember.SpecName)
+		if fi, err := os.Stat(specPath); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("spec %s: %v; want mode 0600 (it holds the Consul token)", specPath, err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, containermember.SupervisorName))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("the run dir's supervisor is not a copy of container_supervisor (%v)", err)
+		}
+		spec, err := supervisor.ReadSpec(specPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !spec.Container || spec.EventsFile != "/alloc/gpujob/train.events" || spec.GroupsFile != "" ||
+			spec.StopDeadlineFile != "" || spec.VisibleDevices != nil || spec.GPUIsolation != nil {
+			t.Errorf("spec is not a container member's: %+v", spec)
+		}
+		if want := filepath.Join(root, "default", "ctr"); spec.CheckpointDir != want {
+			t.Errorf("checkpoint dir %q, want %q", spec.CheckpointDir, want)
+		}
+		if fi, err := os.Stat(spec.CheckpointDir); err != nil || !fi.IsDir() {
+			t.Errorf("the sidecar did not make the checkpoint directory the container mounts: %v", err)
+		}
+		// The container's view of /alloc is the allocation's shared dir.
+		spec.EventsFile = filepath.Join(cfg.AllocDir, "alloc", "gpujob", "train.events")
+		local := filepath.Join(t.TempDir(), "spec.json")
+		if err := supervisor.WriteSpec(local, spec); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(self, SuperviseCommand, local)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		supers = append(supers, cmd)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("supervisor %d:\n%s", i, out.String())
+			}
+		})
+	}
+	for i, cmd := range supers {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("supervisor %d: %v", i, err)
+		}
+	}
+
+	// Both members joined and succeeded, told as the docker task's events.
+	seen := map[string]map[taskevent.Kind]bool{}
+	timeout := time.After(10 * time.Second)
+	for len(seen) < 2 || !seen[cfgs[0].AllocID][taskevent.Succeeded] || !seen[cfgs[1].AllocID][taskevent.Succeeded] {
+		select {
+		case e := <-events:
+			te, ok := taskevent.Decode(e.Annotations)
+			if !ok {
+				t.Fatalf("event %q carries no structured details", e.Message)
+			}
+			if e.TaskName != "train" {
+				t.Fatalf("event %q is filed under task %q, want the docker task %q", e.Message, e.TaskName, "train")
+			}
+			if seen[e.AllocID] == nil {
+				seen[e.AllocID] = map[taskevent.Kind]bool{}
+			}
+			seen[e.AllocID][te.Kind] = true
+		case <-timeout:
+			t.Fatalf("events seen: %v; want joined and succeeded from both members", seen)
+		}
+	}
+	for _, cfg := range cfgs {
+		if !seen[cfg.AllocID][taskevent.Joined] {
+			t.Errorf("no joined event for %s: %v", cfg.AllocID, seen[cfg.AllocID])
+		}
+	}
+
+	// Nomad stops the sidecars once the main task is over: they exit 0,
+	// and destroying one removes what the container mounted.
+	for _, cfg := range cfgs {
+		wait, err := h.WaitTask(context.Background(), cfg.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.StopTask(cfg.ID, 5*time.Second, "SIGTERM"); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-wait; r == nil || !r.Successful() {
+			t.Errorf("sidecar exited %+v, want success", r)
+		}
+		if err := h.DestroyTask(cfg.ID, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(runRoot, cfg.AllocID)); !os.IsNotExist(err) {
+			t.Errorf("run dir of %s left after destroy: %v", cfg.AllocID, err)
+		}
+	}
+	consulEmpty(t, "default/ctr")
+}
+
+// TestContainerMemberRefusesWhatCannotWork: each mistake fails the sidecar
+// at its start, saying what to change, and leaves no run directory.
+func TestContainerMemberRefusesWhatCannotWork(t *testing.T) {
+	root := t.TempDir()
+	base := TaskConfig{Command: "/bin/true", Rendezvous: &RendezvousConfig{NNodes: "1"}, ContainerTask: "train"}
+	for _, c := range []struct {
+		name string
+		task string
+		job  string
+		edit func(*TaskConfig, *Config)
+		want string
+	}{
+		{"container task is the sidecar", "train", "bad", nil, `container_task: "train" is this task`},
+		{"another checkpoint root", "gpujob", "bad", func(tc *TaskConfig, _ *Config) { tc.CheckpointRoot = "/elsewhere" },
+			"GPUJOB_CHECKPOINT_ROOT=" + root},
+		{"job ID that is no path segment", "gpujob", "a:b", nil, "safe path segments"},
+		{"no static supervisor", "gpujob", "bad", func(_ *TaskConfig, pc *Config) { pc.ContainerSupervisor = "/nonexistent/gpujob-supervisor" },
+			"container_supervisor"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			self, _ := os.Executable()
+			pc := Config{CheckpointRoot: root, ContainerSupervisor: self}
+			tc := base
+			if c.edit != nil {
+				c.edit(&tc, &pc)
+			}
+			runRoot := t.TempDir()
+			h := harnessWith(t, pc, func(d *Driver) { d.runRoot = runRoot })
+			cfg := memberTask(t, h, c.job, 0, 0, c.task, tc)
+			_, _, err := h.StartTask(cfg)
+			if err == nil {
+				_ = h.DestroyTask(cfg.ID, true)
+				t.Fatal("the sidecar started")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not say %q", err, c.want)
+			}
+			if left, _ := os.ReadDir(runRoot); len(left) != 0 {
+				t.Errorf("run dirs left: %v", left)
+			}
+		})
+	}
+}
+
+// TestContainerSpecRoundTrips: the container flag survives the spec file,
+// and a host member's spec does not carry it.
+func TestContainerSpecRoundTrips(t *testing.T) {
+	s := &supervisor.Spec{EventsFile: "/x", GroupsFile: "/g", StopDeadlineFile: "/d"}
+	containerSpec(s, "my task")
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back supervisor.Spec
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Container || back.GroupsFile != "" || back.StopDeadlineFile != "" {
+		t.Errorf("round trip: %+v", back)
+	}
+	// A task name that is not a path segment is encoded into one.
+	if strings.Count(back.EventsFile, "/") != 3 || !strings.HasPrefix(back.EventsFile, "/alloc/gpujob/") {
+		t.Errorf("events file %q is not one file in /alloc/gpujob", back.EventsFile)
+	}
+	b, _ = json.Marshal(&supervisor.Spec{})
+	if strings.Contains(string(b), "container") {
+		t.Errorf("a host member's spec names the container: %s", b)
+	}
+}
