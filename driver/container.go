@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/client/allocdir"
 	"github.com/hashicorp/nomad/plugins/drivers"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
 	"github.com/gpujob/gpujob/internal/containermember"
@@ -95,10 +97,14 @@ func containerSpec(s *supervisor.Spec, task string) {
 }
 
 // startContainerMember is StartTask for a container member's sidecar.
-func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, runAs *supervisor.Credential) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
+func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, runAs *supervisor.Credential) (_ *drivers.TaskHandle, _ *drivers.DriverNetwork, err error) {
 	plan, err := planContainer(cfg, tc, pc, d.runRoot)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpujob task config: %w", err)
+	}
+	// One sidecar per allocation: the run directory is the allocation's.
+	if other := d.relayOf(plan.runDir); other != "" {
+		return nil, nil, fmt.Errorf("gpujob task config: task %q of this allocation already prepares a container member; a group has one", other)
 	}
 	spec, err := buildSpec(cfg, tc, pc, os.Getenv)
 	if err != nil {
@@ -112,14 +118,33 @@ func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, p
 	if err := prepareCheckpointDir(pc.CheckpointRoot, spec.CheckpointDir, runAs); err != nil {
 		return nil, nil, err
 	}
+	// The supervisor checks that its checkpoint directory is this one, not
+	// a directory of the container's that merely has its path.
+	var st unix.Stat_t
+	if err := unix.Stat(spec.CheckpointDir, &st); err != nil {
+		return nil, nil, fmt.Errorf("checkpoint directory: %w", err)
+	}
+	spec.CheckpointDirID = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	// Nothing of the member's may outlive a failed start: the run
+	// directory holds the Consul token.
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(plan.runDir)
+		}
+	}()
 	if err := writeRunDir(plan.runDir, pc.ContainerSupervisor, spec); err != nil {
-		_ = os.RemoveAll(plan.runDir)
 		return nil, nil, err
 	}
-	// Root's, readable by all: the supervisor in the container is root
-	// (the docker task runs as user 0) and only appends.
-	if err := os.MkdirAll(filepath.Dir(plan.eventsFile), 0o755); err != nil {
+	// Root's, writable by root alone (the relay refuses anything else):
+	// the supervisor in the container is root (the docker task runs as
+	// user 0). An events file left by the allocation's last start was
+	// relayed then; the new supervisor's file appearing tells that it has
+	// read its spec (relay.specRead).
+	if err := ensureRootDir(filepath.Dir(plan.eventsFile)); err != nil {
 		return nil, nil, fmt.Errorf("preparing the container's events directory: %w", err)
+	}
+	if err := os.Remove(plan.eventsFile); err != nil && !os.IsNotExist(err) {
+		return nil, nil, fmt.Errorf("clearing the last start's events: %w", err)
 	}
 
 	logger := d.logger.With("task", cfg.Name, "alloc_id", cfg.AllocID, "container_task", plan.task)
@@ -133,12 +158,10 @@ func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, p
 		Container:  &ContainerState{Task: plan.task, RunDir: plan.runDir},
 	}
 	if err := handle.SetDriverState(&state); err != nil {
-		_ = os.RemoveAll(plan.runDir)
 		return nil, nil, fmt.Errorf("saving the task state: %w", err)
 	}
 	d.tasks.Set(cfg.ID, h)
-	// A sidecar restarted in place follows on from what was already told.
-	d.startHandle(h, plan.eventsFile, fileSize(plan.eventsFile))
+	d.startHandle(h, plan.eventsFile, 0)
 	logger.Debug("prepared a container member", "run_dir", plan.runDir)
 	return handle, nil, nil
 }
@@ -204,7 +227,7 @@ func (d *Driver) newRelayHandle(cfg *drivers.TaskConfig, plan *containerPlan, st
 	return &taskHandle{
 		logger: logger, taskConfig: cfg, startedAt: started, procState: drivers.TaskStateRunning,
 		doneCh: make(chan struct{}),
-		relay:  &relay{task: plan.task, runDir: plan.runDir, stop: make(chan struct{})},
+		relay:  &relay{task: plan.task, runDir: plan.runDir, stop: make(chan struct{}), logger: logger},
 	}
 }
 
@@ -241,6 +264,9 @@ func relayStats(ctx context.Context, interval time.Duration) <-chan *drivers.Tas
 // the client was down was told already, or is stale).
 func (d *Driver) recoverContainerMember(state *TaskState) error {
 	cfg := state.TaskConfig
+	if filepath.Dir(state.Container.RunDir) != d.runRoot || filepath.Base(state.Container.RunDir) != cfg.AllocID {
+		return fmt.Errorf("the recovered state names run directory %q, not %s/%s", state.Container.RunDir, d.runRoot, cfg.AllocID)
+	}
 	logger := d.logger.With("task", cfg.Name, "alloc_id", cfg.AllocID, "container_task", state.Container.Task)
 	plan := &containerPlan{task: state.Container.Task, runDir: state.Container.RunDir, eventsFile: state.EventsFile}
 	h := d.newRelayHandle(cfg, plan, state.StartedAt, logger)
@@ -254,4 +280,34 @@ func (d *Driver) recoverContainerMember(state *TaskState) error {
 func errNoProcess(h *taskHandle) error {
 	return fmt.Errorf("task %q runs no process: it prepares the member whose supervisor runs in task %q; exec into that task",
 		h.taskConfig.Name, h.relay.task)
+}
+
+// relayOf names the task of another live sidecar with run directory dir,
+// "" if none.
+func (d *Driver) relayOf(dir string) string {
+	name := ""
+	d.tasks.each(func(h *taskHandle) {
+		if h.relay != nil && h.relay.runDir == dir && h.IsRunning() {
+			name = h.taskConfig.Name
+		}
+	})
+	return name
+}
+
+// ensureRootDir makes dir root's, mode 0755, whatever was there: a
+// directory the task made in the shared directory in its place is removed.
+func ensureRootDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err == nil && (!fi.IsDir() || fi.Sys().(*syscall.Stat_t).Uid != 0) {
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := os.Chown(dir, 0, 0); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o755)
 }

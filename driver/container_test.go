@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +116,18 @@ func TestContainerMemberPreparesTheContainerAndRelaysItsEvents(t *testing.T) {
 	for i, cmd := range supers {
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("supervisor %d: %v", i, err)
+		}
+	}
+	// Once a supervisor has read its spec (its events file appears), the
+	// sidecar removes it: the Consul token does not stay where root in the
+	// container (whoever may alloc exec) can read it.
+	for _, cfg := range cfgs {
+		dir := filepath.Join(runRoot, cfg.AllocID)
+		if err := waitGoneFile(filepath.Join(dir, containermember.SpecName), 5*time.Second); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, containermember.SupervisorName)); err != nil {
+			t.Errorf("the supervisor binary went with the spec: %v", err)
 		}
 	}
 
@@ -235,5 +248,97 @@ func TestContainerSpecRoundTrips(t *testing.T) {
 	b, _ = json.Marshal(&supervisor.Spec{})
 	if strings.Contains(string(b), "container") {
 		t.Errorf("a host member's spec names the container: %s", b)
+	}
+}
+
+func waitGoneFile(path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still there after %s", path, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestContainerSidecarHandle: the sidecar runs no process, and each driver
+// call says so or does what fits; a second sidecar in the allocation is
+// refused; a driver that recovers the sidecar after a client restart relays
+// the container's events again and cleans up as the first would.
+func TestContainerSidecarHandle(t *testing.T) {
+	root := t.TempDir()
+	h, runRoot, self := containerHarness(t, root)
+	tc := TaskConfig{Command: "/bin/true", Rendezvous: &RendezvousConfig{NNodes: "1"}, ContainerTask: "train", CheckpointRoot: root}
+	cfg := memberTask(t, h, "side", 0, 0, "gpujob", tc)
+	handle, _, err := h.StartTask(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.DestroyTask(cfg.ID, true) })
+
+	st, err := h.InspectTask(cfg.ID)
+	if err != nil || st.State != drivers.TaskStateRunning || st.DriverAttributes["container_task"] != "train" {
+		t.Errorf("inspect: %+v, %v", st, err)
+	}
+	if err := h.SignalTask(cfg.ID, "SIGHUP"); err != nil {
+		t.Errorf("signal (nomad alloc signal reaches every task): %v", err)
+	}
+	if _, err := h.ExecTask(cfg.ID, []string{"/bin/true"}, time.Second); err == nil || !strings.Contains(err.Error(), `exec into that task`) {
+		t.Errorf("exec: %v; want a pointer to the container task", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	stats, err := h.TaskStats(ctx, cfg.ID, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := <-stats; u == nil || u.ResourceUsage == nil {
+		t.Errorf("no stats from the sidecar: %+v", u)
+	}
+	cancel()
+
+	second := *cfg
+	second.ID, second.Name = cfg.ID+"-2", "gpujob2"
+	if _, _, err := h.StartTask(&second); err == nil || !strings.Contains(err.Error(), "already prepares a container member") {
+		_ = h.DestroyTask(second.ID, true)
+		t.Errorf("a second sidecar in the allocation: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(runRoot, cfg.AllocID, containermember.SpecName)); err != nil {
+		t.Fatalf("the refused second sidecar touched the first's run dir: %v", err)
+	}
+
+	// A client restart: another driver recovers the handle.
+	h2 := harnessWith(t, Config{CheckpointRoot: root, ContainerSupervisor: self}, func(d *Driver) { d.runRoot = runRoot })
+	if err := h2.RecoverTask(handle); err != nil {
+		t.Fatal(err)
+	}
+	events, err := h2.TaskEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := json.Marshal(taskevent.Event{Kind: taskevent.Joined, Round: 4, Time: time.Now().UTC()})
+	eventsFile := filepath.Join(cfg.AllocDir, "alloc", "gpujob", "train.events")
+	if err := os.WriteFile(eventsFile, append(line, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		te, _ := taskevent.Decode(e.Annotations)
+		if e.TaskName != "train" || te.Round != 4 {
+			t.Errorf("recovered relay told %q for task %q", e.Message, e.TaskName)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the recovered sidecar relays nothing")
+	}
+	if err := h2.StopTask(cfg.ID, time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.DestroyTask(cfg.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(runRoot, cfg.AllocID)); !os.IsNotExist(err) {
+		t.Errorf("run dir left after the recovered sidecar's destroy: %v", err)
 	}
 }

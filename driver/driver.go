@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/consul-template/signals"
 	hclog "github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad/client/allocdir"
 	"github.com/hashicorp/nomad/drivers/shared/eventer"
 	"github.com/hashicorp/nomad/drivers/shared/executor"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -328,7 +329,15 @@ func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		err := followEvents(ctx, eventsFile, offset, func(e taskevent.Event) {
+		// A container member's events file is in the allocation's shared
+		// directory, which the container may rearrange below its root.
+		trusted := ""
+		var opened func()
+		if h.relay != nil {
+			trusted = filepath.Join(h.taskConfig.AllocDir, allocdir.SharedAllocName)
+			opened = h.relay.specRead
+		}
+		err := followEvents(ctx, eventsFile, trusted, offset, opened, func(e taskevent.Event) {
 			d.emit(h.taskConfig, h.eventTask(), e)
 		})
 		if err != nil {

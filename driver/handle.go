@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -13,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/containermember"
 )
 
 // taskHandle is one running task: the executor that runs the supervisor.
@@ -100,9 +103,21 @@ type relay struct {
 	runDir   string // what the container mounts, removed with the task
 	stopOnce sync.Once
 	stop     chan struct{}
+	logger   hclog.Logger
 }
 
 func (r *relay) close() { r.stopOnce.Do(func() { close(r.stop) }) }
+
+// specRead removes the spec from the run directory once the supervisor in
+// the container has read it (it creates its events file after that): the
+// spec holds the Consul token, and whoever may `nomad alloc exec` into the
+// container is root there. The supervisor never reads it again; a container
+// started again without its sidecar fails, saying the spec is missing.
+func (r *relay) specRead() {
+	if err := os.Remove(filepath.Join(r.runDir, containermember.SpecName)); err != nil && !os.IsNotExist(err) {
+		r.logger.Warn("removing the container member's spec", "error", err)
+	}
+}
 
 // waitRelay is run for a sidecar: it ends, successfully, when Nomad stops
 // the task (once the group's main tasks are over, or the allocation stops).

@@ -64,6 +64,15 @@ func (s *taskStore) Get(id string) (*taskHandle, bool) {
 	return h, ok
 }
 
+// each calls fn for every handle, under the store's lock.
+func (s *taskStore) each(fn func(*taskHandle)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, h := range s.store {
+		fn(h)
+	}
+}
+
 func (s *taskStore) Delete(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

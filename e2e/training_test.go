@@ -78,7 +78,8 @@ func (c *cluster) runTraining(t *testing.T, job *api.Job, timeout time.Duration)
 	for _, a := range allocs {
 		out := c.taskLog(t, a.ID, "train", "stdout")
 		if a.ClientStatus != api.AllocClientStatusComplete {
-			t.Fatalf("allocation %s ended %s; stderr:\n%s", a.Name, a.ClientStatus, c.taskLog(t, a.ID, "train", "stderr"))
+			t.Fatalf("allocation %s ended %s; stderr:\n%s\n%s", a.Name, a.ClientStatus, c.taskLog(t, a.ID, "train", "stderr"),
+				c.taskEvents(t, []*api.AllocationListStub{a}))
 		}
 		logs = append(logs, out)
 		if strings.Contains(out, "gpujob-result: ") {

@@ -15,6 +15,10 @@
 # uses; never :latest, which Nomad's docker driver always tries to pull (and
 # there is no registry).
 #
+# Its ENTRYPOINT is python3, as many training images have: a job that ran
+# command/args through it instead of replacing it would fail (run by hand:
+# `docker run --rm IMAGE -c 'import torch'`).
+#
 # What goes in, from each package's file list (dpkg):
 #   - everything under /usr/lib/python3*/ (the interpreter's library and
 #     dist-packages), with the byte-code the host compiled for it at install
@@ -463,7 +467,7 @@ tar --create --numeric-owner --no-recursion --null -C / -T "$work/host.list" -C 
 		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 		--change 'ENV LANG=C.UTF-8' \
 		--change "LABEL org.opencontainers.image.title=$name org.gpujob.inputs=$hash" \
-		--change 'CMD ["/usr/bin/python3"]' \
+		--change 'ENTRYPOINT ["/usr/bin/python3"]' \
 		--message "scripts/build-train-image.sh: ${root_packages[*]} from $(hostname)" \
 		- "$ref" >/dev/null
 "$docker_cli" tag "$ref" "$name:local"

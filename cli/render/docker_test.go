@@ -40,9 +40,10 @@ const (
 // rendered image job uses, copied with its names and types. Importing the
 // driver itself would pull the Docker client libraries into go.mod.
 var dockerSchema = hclspec.NewObject(map[string]*hclspec.Spec{
-	"image":   hclspec.NewAttr("image", "string", true),
-	"command": hclspec.NewAttr("command", "string", false),
-	"args":    hclspec.NewAttr("args", "list(string)", false),
+	"image":      hclspec.NewAttr("image", "string", true),
+	"entrypoint": hclspec.NewAttr("entrypoint", "list(string)", false),
+	"command":    hclspec.NewAttr("command", "string", false),
+	"args":       hclspec.NewAttr("args", "list(string)", false),
 	"auth": hclspec.NewBlock("auth", false, hclspec.NewObject(map[string]*hclspec.Spec{
 		"username":       hclspec.NewAttr("username", "string", false),
 		"password":       hclspec.NewAttr("password", "string", false),
@@ -67,6 +68,7 @@ var dockerSchema = hclspec.NewObject(map[string]*hclspec.Spec{
 // TaskConfig and DockerMount that dockerSchema decodes.
 type dockerConfig struct {
 	Image            string        `codec:"image"`
+	Entrypoint       []string      `codec:"entrypoint"`
 	Command          string        `codec:"command"`
 	Args             []string      `codec:"args"`
 	Auth             dockerAuth    `codec:"auth"`
@@ -172,8 +174,9 @@ func checkContainerAs(t *testing.T, tr *spec.Train, task *api.Task, jobID string
 		{"", ""},           // nomad job run of the rendered file
 	} {
 		dc := dockerTaskConfig(t, task, jobID, map[string]string{render.MetaRun: c.run})
-		if dc.Image != tr.Image || dc.Command != containermember.SupervisorPath() ||
-			!reflect.DeepEqual(dc.Args, []string{containermember.SpecPath()}) || dc.NetworkMode != "host" || !dc.Init {
+		if dc.Image != tr.Image || dc.Command != "" || len(dc.Args) != 0 ||
+			!reflect.DeepEqual(dc.Entrypoint, []string{containermember.SupervisorPath(), containermember.SpecPath()}) ||
+			dc.NetworkMode != "host" || !dc.Init {
 			t.Errorf("docker config %+v", dc)
 		}
 		if dc.ShmSize != int64(tr.Resources.ShmMiB)<<20 {

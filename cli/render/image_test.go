@@ -167,7 +167,7 @@ func TestImageJobspec(t *testing.T) {
 	}
 	dc := member.one(t, "config")
 	dc.want(t, map[string]string{
-		"image": `"registry.example.com/ml/bert:1.4"`, "command": `"/gpujob/supervisor"`, "args": `["/gpujob/spec.json"]`,
+		"image": `"registry.example.com/ml/bert:1.4"`, "entrypoint": `["/gpujob/supervisor", "/gpujob/spec.json"]`, "command": "", "args": "",
 		"network_mode": `"host"`, "init": "true", "force_pull": "true", "image_pull_timeout": `"10m"`,
 		"shm_size": "1073741824", // 1024 MiB in bytes
 		// Not the host member's config.

@@ -264,8 +264,10 @@ func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root
 func dockerConfig(task *hclwrite.Body, t *spec.Train, root string) {
 	config := task.AppendNewBlock("config", nil).Body()
 	config.SetAttributeValue("image", cty.StringVal(t.Image))
-	config.SetAttributeValue("command", cty.StringVal(containermember.SupervisorPath()))
-	config.SetAttributeValue("args", ctyval.Strings([]string{containermember.SpecPath()}))
+	// The entrypoint, not command: Nomad's docker driver passes command
+	// and args to the image's own ENTRYPOINT when it has one, which would
+	// run before the supervisor (as root, beside the spec) or not run it.
+	config.SetAttributeValue("entrypoint", ctyval.Strings([]string{containermember.SupervisorPath(), containermember.SpecPath()}))
 	config.SetAttributeValue("network_mode", cty.StringVal("host"))
 	// An init as PID 1 forwards the stop signal to the supervisor and
 	// reaps what the ranks leave.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
 )
@@ -32,7 +33,15 @@ func Main(specPath string) int {
 	defer signal.Stop(forward)
 
 	if spec.Container {
-		if err := checkMounted(spec.CheckpointDir); err != nil {
+		// Root in the container may also be whoever can `nomad alloc
+		// exec` into it: not dumpable, this process's memory (the Consul
+		// token) is closed to other processes of root's without
+		// CAP_SYS_PTRACE, which docker does not grant. The ranks, started
+		// by exec, are dumpable as usual.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: warning: cannot close the supervisor's memory to other processes: %v\n", err)
+		}
+		if err := checkMounted(spec.CheckpointDir, spec.CheckpointDirID); err != nil {
 			fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 			return 1
 		}
@@ -174,12 +183,20 @@ func consulClient(s ConsulSpec) (*consul.Client, error) {
 // checkMounted refuses to start a container member whose checkpoint
 // directory the container does not have: the driver made it on the host, so
 // without the job's bind mount the ranks would write their checkpoints into
-// the container, and lose them with it.
-func checkMounted(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil || !fi.IsDir() {
-		return fmt.Errorf("the checkpoint directory %s is not in the container: the docker task needs it bind-mounted at the same path "+
-			"(gpujob render writes that mount; render again with the clients' checkpoint root in GPUJOB_CHECKPOINT_ROOT)", dir)
+// the container, and lose them with it. id is the host directory's
+// "<device>:<inode>" (a bind mount shows the same); a directory of the
+// image's own at the same path, or a mount of the one above it, has
+// another.
+func checkMounted(dir, id string) error {
+	var st unix.Stat_t
+	err := unix.Stat(dir, &st)
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && (id == "" || fmt.Sprintf("%d:%d", st.Dev, st.Ino) == id) {
+		return nil
 	}
-	return nil
+	what := "is not in the container"
+	if err == nil {
+		what = "in the container is not the host's"
+	}
+	return fmt.Errorf("the checkpoint directory %s %s: the docker task needs it bind-mounted at the same path "+
+		"(gpujob render writes that mount; render again with the clients' checkpoint root in GPUJOB_CHECKPOINT_ROOT)", dir, what)
 }

@@ -81,6 +81,10 @@ type Spec struct {
 	// (the driver's container.go), where the checkpoint directory must be
 	// a mount of the host's, never a directory of the container's own.
 	Container bool `json:"container,omitempty"`
+	// CheckpointDirID is "<device>:<inode>" of the checkpoint directory on
+	// the host, which a container member's supervisor compares with what
+	// it sees at CheckpointDir (a bind mount keeps both).
+	CheckpointDirID string `json:"checkpoint_dir_id,omitempty"`
 }
 
 // Member identifies this allocation in the rendezvous.

@@ -1,9 +1,12 @@
 package supervisor
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
 )
@@ -39,15 +42,26 @@ func TestValidateRefusesWhatARankCouldNotBeGiven(t *testing.T) {
 }
 
 // A container member whose checkpoint directory is not mounted must not
-// start: its ranks would checkpoint into the container and lose it all.
+// start: its ranks would checkpoint into the container and lose it all. A
+// directory at the path that is not the host's (the image's own, or the
+// mount one level up) is refused the same way.
 func TestCheckMountedNamesTheMissingMount(t *testing.T) {
 	dir := t.TempDir()
-	if err := checkMounted(dir); err != nil {
-		t.Fatalf("an existing directory: %v", err)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	if err := checkMounted(dir, id); err != nil {
+		t.Fatalf("the host's own directory: %v", err)
 	}
 	missing := filepath.Join(dir, "not-mounted")
-	err := checkMounted(missing)
+	err := checkMounted(missing, id)
 	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "bind-mounted at the same path") {
 		t.Fatalf("err = %v; want one naming %s and the mount", err, missing)
+	}
+	other := t.TempDir()
+	if err := checkMounted(other, id); err == nil || !strings.Contains(err.Error(), "is not the host's") {
+		t.Fatalf("another directory at the path: err = %v; want it refused as not the host's", err)
 	}
 }

@@ -71,8 +71,7 @@ job "bert-image" {
 
       config {
         image        = "gpujob-train:local"
-        command      = "/gpujob/supervisor"
-        args         = ["/gpujob/spec.json"]
+        entrypoint   = ["/gpujob/supervisor", "/gpujob/spec.json"]
         network_mode = "host"
         init         = true
         shm_size     = 268435456

@@ -95,8 +95,7 @@ job "{job}" {{
       user   = "0"
       config {{
         image        = {bl.hcl_str(image)}
-        command      = "/gpujob/supervisor"
-        args         = ["/gpujob/spec.json"]
+        entrypoint   = ["/gpujob/supervisor", "/gpujob/spec.json"]
         network_mode = "host"
         init         = true
         mount {{
