@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -249,10 +250,57 @@ func TestContainerFaultKillRank(t *testing.T) {
 		job:   "e2e-ctr-fault-rank",
 		image: true,
 		fault: func(t *testing.T, f *faultRun) error {
+			f.c.checkContainerGPUs(t, f.allocs)
 			return kill9(f.ranks[1])
 		},
 		restarts: 1,
 	})
+}
+
+// checkContainerGPUs: the device plugin's reservation reaches each
+// member's container as it does with HashiCorp's nvidia plugin: the ranks
+// see the reserved GPU UUIDs in CUDA_VISIBLE_DEVICES and
+// NVIDIA_VISIBLE_DEVICES, and the container's /dev holds the reserved GPUs'
+// nodes and no other GPU's (the dev cluster's look-alike nodes).
+func (c *cluster) checkContainerGPUs(t *testing.T, allocs []*api.AllocationListStub) {
+	t.Helper()
+	gpuNode := regexp.MustCompile(`^nvidia[0-9]+$`)
+	for _, a := range allocs {
+		alloc, _, err := c.nomad.Allocations().Info(a.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		if tr := alloc.AllocatedResources.Tasks["train"]; tr != nil {
+			for _, d := range tr.Devices {
+				ids = append(ids, d.DeviceIDs...)
+			}
+		}
+		want := strings.Join(ids, ",")
+		procs := rankProcs(a.ID)
+		if len(ids) == 0 || len(procs) == 0 {
+			t.Fatalf("%s: reserved GPUs %v, ranks %d", a.Name, ids, len(procs))
+		}
+		for _, p := range procs {
+			if p.env["CUDA_VISIBLE_DEVICES"] != want || p.env["NVIDIA_VISIBLE_DEVICES"] != want {
+				t.Errorf("%s rank %s: CUDA_VISIBLE_DEVICES=%q NVIDIA_VISIBLE_DEVICES=%q, want the reservation %q",
+					a.Name, p.env["RANK"], p.env["CUDA_VISIBLE_DEVICES"], p.env["NVIDIA_VISIBLE_DEVICES"], want)
+			}
+			entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/dev", p.pid))
+			if err != nil {
+				t.Fatalf("the container's /dev: %v", err)
+			}
+			var nodes []string
+			for _, e := range entries {
+				if gpuNode.MatchString(e.Name()) {
+					nodes = append(nodes, e.Name())
+				}
+			}
+			if len(nodes) != len(ids) {
+				t.Errorf("%s rank %s: the container's GPU nodes are %v, want one per reserved GPU (%d)", a.Name, p.env["RANK"], nodes, len(ids))
+			}
+		}
+	}
 }
 
 // TestContainerFaultDockerKill: a member's container killed from outside

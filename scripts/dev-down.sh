@@ -221,6 +221,17 @@ if [ ${#mounts[@]} -gt 0 ]; then
 	done
 fi
 
+# 4b. What the gpujob driver keeps outside the state dir for the clients'
+#    container members (/run/gpujob/<alloc ID>: a spec with the Consul
+#    token, the static supervisor): the driver removes it when Nomad
+#    destroys the sidecar, which a client stopped here never does. Only
+#    the allocations of this cluster's clients.
+for a in "$dir"/client-*/data/alloc/*/; do
+	id=$(basename "$a")
+	[[ $id =~ ^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$ ]] || continue
+	if [ -e "/run/gpujob/$id" ]; then rm -rf "/run/gpujob/$id"; fi
+done
+
 # 5. The clients' cgroups (dev-up gives each client its own cgroup parent,
 #    and its dockerd's containers one):
 #    empty cgroups can only be removed with rmdir, deepest first.
