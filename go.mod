@@ -18,6 +18,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	github.com/zclconf/go-cty v1.19.0
 	golang.org/x/sys v0.48.0
+	gonum.org/v1/gonum v0.17.0
 )
 
 require (

@@ -14,7 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-packages=(curl ca-certificates jq iproute2 util-linux procps python3-torch libopenblas0-openmp docker.io)
+packages=(curl ca-certificates jq iproute2 util-linux procps python3-torch libopenblas0-openmp python3-optuna docker.io)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
