@@ -42,6 +42,7 @@ func FuzzParse(f *testing.F) {
 		json   bool
 	}{
 		{minimal, "", false},
+		{issueSweep, "", false},
 		{`variable "n" {
   type = number
   default = 2

@@ -25,6 +25,7 @@ var fileSchema = &hcl.BodySchema{
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "variable", LabelNames: []string{"name"}},
 		{Type: "train", LabelNames: []string{"name"}},
+		{Type: "sweep", LabelNames: []string{"name"}},
 	},
 }
 
@@ -109,44 +110,85 @@ func Parse(src []byte, filename string, o Options) (*Train, hcl.Diagnostics) {
 // Load is ParseFile that also returns every source it read (the spec, the
 // -var-files and one pseudo-file per -var), for Format's source excerpts.
 func Load(path string, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
-	p := hclparse.NewParser()
-	var f *hcl.File
-	var diags hcl.Diagnostics
-	if strings.HasSuffix(path, ".json") {
-		f, diags = p.ParseJSONFile(path)
-	} else {
-		f, diags = p.ParseHCLFile(path)
-	}
+	p, f, diags := parseSpecFile(path)
 	return decodeFile(p, f, diags, o)
 }
 
 // LoadSource is Parse that also returns the sources it read; see Load.
 func LoadSource(src []byte, filename string, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
-	p := hclparse.NewParser()
-	var f *hcl.File
-	var diags hcl.Diagnostics
-	if strings.HasSuffix(filename, ".json") {
-		f, diags = p.ParseJSON(src, filename)
-	} else {
-		f, diags = p.ParseHCL(src, filename)
-	}
+	p, f, diags := parseSpecSource(src, filename)
 	return decodeFile(p, f, diags, o)
 }
 
+// parseSpecFile parses the spec at path, as HCL or, for *.json, as JSON.
+func parseSpecFile(path string) (*hclparse.Parser, *hcl.File, hcl.Diagnostics) {
+	p := hclparse.NewParser()
+	if strings.HasSuffix(path, ".json") {
+		f, diags := p.ParseJSONFile(path)
+		return p, f, diags
+	}
+	f, diags := p.ParseHCLFile(path)
+	return p, f, diags
+}
+
+// parseSpecSource is parseSpecFile on a source already read.
+func parseSpecSource(src []byte, filename string) (*hclparse.Parser, *hcl.File, hcl.Diagnostics) {
+	p := hclparse.NewParser()
+	if strings.HasSuffix(filename, ".json") {
+		f, diags := p.ParseJSON(src, filename)
+		return p, f, diags
+	}
+	f, diags := p.ParseHCL(src, filename)
+	return p, f, diags
+}
+
 func decodeFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options) (*Train, map[string]*hcl.File, hcl.Diagnostics) {
-	if f == nil || diags.HasErrors() {
+	sf, diags := readFile(p, f, diags, o, "train")
+	if sf == nil {
 		return nil, p.Files(), diags
+	}
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": sf.varObj},
+		Functions: functions,
+	}
+	t, d := decodeTrain(sf.block, ctx)
+	for _, diag := range d {
+		if diag.Summary == "Unknown variable" {
+			diag.Detail += " A spec knows only var.<name>; to pass a Nomad runtime variable through to the task, escape it: $${NOMAD_ALLOC_INDEX}."
+		}
+	}
+	diags = append(diags, d...)
+	if diags.HasErrors() {
+		return nil, p.Files(), diags
+	}
+	return t, p.Files(), diags
+}
+
+// specFile is a parsed spec file: its variables resolved and its one
+// top-level block of the kind asked for.
+type specFile struct {
+	file   *hcl.File
+	varObj cty.Value
+	block  *hcl.Block
+}
+
+// readFile checks f's numbers, decodes its variable blocks, applies o and
+// finds its one block of kind ("train" or "sweep"). It returns nil when
+// there is no such block (reported) or f did not parse.
+func readFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options, kind string) (*specFile, hcl.Diagnostics) {
+	if f == nil || diags.HasErrors() {
+		return nil, diags
 	}
 	// Numbers too large to evaluate in reasonable time (see maxNumberExp).
 	diags = append(diags, checkSourceNumbers(f)...)
 	if diags.HasErrors() {
-		return nil, p.Files(), diags
+		return nil, diags
 	}
 	content, d := f.Body.Content(fileSchema)
 	diags = append(diags, d...)
 
 	vars := map[string]*variable{}
-	var trains []*hcl.Block
+	blocks := map[string][]*hcl.Block{}
 	for _, b := range content.Blocks {
 		switch b.Type {
 		case "variable":
@@ -162,25 +204,45 @@ func decodeFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Option
 				continue
 			}
 			vars[v.name] = v
-		case "train":
-			trains = append(trains, b)
+		case "train", "sweep":
+			blocks[b.Type] = append(blocks[b.Type], b)
 		}
 	}
+	other := "sweep"
+	if kind == "sweep" {
+		other = "train"
+	}
+	found := blocks[kind]
 	switch {
-	case len(trains) == 0:
+	case len(found) == 0 && len(blocks[other]) > 0:
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  fmt.Sprintf("A %s spec where a %s spec is expected", other, kind),
+			Detail:   fmt.Sprintf(`This file holds a %s block, not a %s "<name>" { … } block; this command reads %s specs only.`, other, kind, kind),
+			Subject:  blocks[other][0].DefRange.Ptr(),
+		})
+	case len(found) == 0:
 		rng := f.Body.MissingItemRange()
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
-			Summary:  "Missing train block",
-			Detail:   `A spec needs exactly one train "<name>" { … } block.`,
+			Summary:  "Missing " + kind + " block",
+			Detail:   fmt.Sprintf(`A spec needs exactly one %s "<name>" { … } block.`, kind),
 			Subject:  &rng,
 		})
-	case len(trains) > 1:
-		for _, b := range trains[1:] {
+	default:
+		for _, b := range found[1:] {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
-				Summary:  "Duplicate train block",
-				Detail:   fmt.Sprintf("A spec holds exactly one train block; the first is at %s. Put each job in its own file.", trains[0].DefRange),
+				Summary:  "Duplicate " + kind + " block",
+				Detail:   fmt.Sprintf("A spec holds exactly one %s block; the first is at %s. Put each job in its own file.", kind, found[0].DefRange),
+				Subject:  b.DefRange.Ptr(),
+			})
+		}
+		for _, b := range blocks[other] {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Both train and sweep blocks",
+				Detail:   fmt.Sprintf("A spec holds one train block or one sweep block, not both; the %s block is at %s. Put each in its own file.", kind, found[0].DefRange),
 				Subject:  b.DefRange.Ptr(),
 			})
 		}
@@ -188,24 +250,10 @@ func decodeFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Option
 
 	varObj, d := resolveVariables(p, vars, o)
 	diags = append(diags, d...)
-	if len(trains) == 0 {
-		return nil, p.Files(), diags
+	if len(found) == 0 {
+		return nil, diags
 	}
-	ctx := &hcl.EvalContext{
-		Variables: map[string]cty.Value{"var": varObj},
-		Functions: functions,
-	}
-	t, d := decodeTrain(trains[0], ctx)
-	for _, diag := range d {
-		if diag.Summary == "Unknown variable" {
-			diag.Detail += " A spec knows only var.<name>; to pass a Nomad runtime variable through to the task, escape it: $${NOMAD_ALLOC_INDEX}."
-		}
-	}
-	diags = append(diags, d...)
-	if diags.HasErrors() {
-		return nil, p.Files(), diags
-	}
-	return t, p.Files(), diags
+	return &specFile{file: f, varObj: varObj, block: found[0]}, diags
 }
 
 // decoder evaluates attributes, remembering their ranges and collecting
@@ -353,9 +401,15 @@ func (d *decoder) content(b *hcl.Block, schema *hcl.BodySchema) *hcl.BodyContent
 }
 
 func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
+	return decodeTrainBody(b, b.Labels[0], b.LabelRanges[0], "train", ctx)
+}
+
+// decodeTrainBody decodes the train block b whose job name is name, found at
+// nameRange: b's own label, or the label of the sweep (kind) it sits in.
+func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 	d := &decoder{ctx: ctx, attrs: map[string]hcl.Range{}}
 	t := &Train{
-		Name:              b.Labels[0],
+		Name:              name,
 		Workers:           DefaultWorkers,
 		GPUsPerWorker:     DefaultGPUsPerWorker,
 		Resources:         Resources{CPU: DefaultCPU, MemoryMiB: DefaultMemoryMiB},
@@ -364,17 +418,13 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 		Datacenters:       []string{"*"},
 		Priority:          DefaultPriority,
 	}
-	t.Ranges = Ranges{Block: b.DefRange, Name: b.LabelRanges[0], Attrs: d.attrs}
+	t.Ranges = Ranges{Block: b.DefRange, Name: nameRange, Attrs: d.attrs}
 	// The name becomes the Nomad job ID, a directory under the driver's
 	// checkpoint_root and a segment of the rendezvous keys in Consul: only
 	// names that are their own safe encoding get through, so all three
 	// carry it unchanged (the driver encodes whatever else a hand-written
 	// job brings).
-	if err := safename.Validate(t.Name); err != nil {
-		d.errorf(b.LabelRanges[0], "Invalid job name",
-			"The train block's name %q %s. The name becomes the Nomad job ID and a directory under the checkpoint root, so it must be %s.",
-			t.Name, err, safename.Allowed)
-	}
+	d.checkJobName(kind, t.Name, nameRange)
 
 	c := d.content(b, trainSchema)
 	at := c.Attributes
@@ -536,6 +586,16 @@ func decodeTrain(b *hcl.Block, ctx *hcl.EvalContext) (*Train, hcl.Diagnostics) {
 	t.Ranges.Workers = t.Ranges.Of("workers")
 	t.Ranges.GPUsPerWorker = t.Ranges.Of("gpus_per_worker")
 	return t, d.diags
+}
+
+// checkJobName reports a train or sweep (kind) name that is not its own
+// safe encoding.
+func (d *decoder) checkJobName(kind, name string, rng hcl.Range) {
+	if err := safename.Validate(name); err != nil {
+		d.errorf(rng, "Invalid job name",
+			"The %s block's name %q %s. The name becomes the Nomad job ID and a directory under the checkpoint root, so it must be %s.",
+			kind, name, err, safename.Allowed)
+	}
 }
 
 // imagePull decodes image_pull { force timeout auth { … } }.
