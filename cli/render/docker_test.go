@@ -113,23 +113,31 @@ func runtimeVars(jobID string, meta map[string]string) map[string]cty.Value {
 // the runtime variables as the client does before it starts the task.
 func dockerTaskConfig(t *testing.T, task *api.Task, jobID string, meta map[string]string) dockerConfig {
 	t.Helper()
-	dec, diags := hclspecutils.Convert(dockerSchema)
+	var tc dockerConfig
+	decodeTaskConfig(t, task, dockerSchema, runtimeVars(jobID, meta), &tc)
+	return tc
+}
+
+// decodeTaskConfig decodes task's config with a driver's schema, as the
+// Nomad client does (interpolation, then the driver's own decoding), into
+// out.
+func decodeTaskConfig(t *testing.T, task *api.Task, schema *hclspec.Spec, vars map[string]cty.Value, out any) {
+	t.Helper()
+	dec, diags := hclspecutils.Convert(schema)
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	val, diags, errs := hclutils.ParseHclInterface(task.Config, dec, runtimeVars(jobID, meta))
+	val, diags, errs := hclutils.ParseHclInterface(task.Config, dec, vars)
 	if diags.HasErrors() || len(errs) > 0 {
-		t.Fatalf("docker config of task %s: %v %v", task.Name, diags, errs)
+		t.Fatalf("config of task %s: %v %v", task.Name, diags, errs)
 	}
-	var tc dockerConfig
 	dtc := &drivers.TaskConfig{}
 	if err := dtc.EncodeDriverConfig(val); err != nil {
 		t.Fatal(err)
 	}
-	if err := dtc.DecodeDriverConfig(&tc); err != nil {
+	if err := dtc.DecodeDriverConfig(out); err != nil {
 		t.Fatal(err)
 	}
-	return tc
 }
 
 // checkSidecar: an image job's gpujob task is a small prestart sidecar

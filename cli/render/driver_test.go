@@ -9,9 +9,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
-	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
@@ -44,22 +41,8 @@ func taskConfig(t *testing.T, task *api.Task) driver.TaskConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, diags := hclspecutils.Convert(schema)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	val, diags, errs := hclutils.ParseHclInterface(task.Config, dec, runtimeVars("job", nil))
-	if diags.HasErrors() || len(errs) > 0 {
-		t.Fatalf("driver config of task %s: %v %v", task.Name, diags, errs)
-	}
 	var tc driver.TaskConfig
-	dtc := &drivers.TaskConfig{}
-	if err := dtc.EncodeDriverConfig(val); err != nil {
-		t.Fatal(err)
-	}
-	if err := dtc.DecodeDriverConfig(&tc); err != nil {
-		t.Fatal(err)
-	}
+	decodeTaskConfig(t, task, schema, runtimeVars("job", nil), &tc)
 	return tc
 }
 

@@ -246,18 +246,7 @@ func TestImageJobspecVariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := string(out)
-			for _, w := range c.want {
-				if !strings.Contains(s, w) {
-					t.Errorf("missing %q in\n%s", w, s)
-				}
-			}
-			body := s[strings.Index(s, "job "):]
-			for _, n := range c.not {
-				if strings.Contains(body, n) {
-					t.Errorf("unexpected %q in\n%s", n, s)
-				}
-			}
+			checkJobspecText(t, string(out), c.want, c.not)
 		})
 	}
 }

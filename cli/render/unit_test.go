@@ -98,18 +98,7 @@ func TestJobspecShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := string(out)
-			for _, w := range c.want {
-				if !strings.Contains(s, w) {
-					t.Errorf("missing %q in\n%s", w, s)
-				}
-			}
-			body := s[strings.Index(s, "job "):]
-			for _, n := range c.not {
-				if strings.Contains(body, n) {
-					t.Errorf("unexpected %q in\n%s", n, s)
-				}
-			}
+			checkJobspecText(t, string(out), c.want, c.not)
 		})
 	}
 }
@@ -152,6 +141,23 @@ func TestMemory(t *testing.T) {
 	for mib, want := range map[int]string{16384: "16 GiB", 1536: "1536 MiB", 1024: "1 GiB"} {
 		if got := render.Memory(mib); got != want {
 			t.Errorf("Memory(%d) = %q, want %q", mib, got, want)
+		}
+	}
+}
+
+// checkJobspecText checks that a rendered jobspec holds every want and,
+// below its header comment, no not.
+func checkJobspecText(t *testing.T, s string, want, not []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Errorf("missing %q in\n%s", w, s)
+		}
+	}
+	body := s[strings.Index(s, "job "):]
+	for _, n := range not {
+		if strings.Contains(body, n) {
+			t.Errorf("unexpected %q in\n%s", n, s)
 		}
 	}
 }

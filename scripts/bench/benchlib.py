@@ -226,6 +226,23 @@ def one_shot_job_hcl(job, group, task, count, driver, config, env, cpu, memory):
     config is the body of the task's config block, already indented (8 spaces); env is a
     dict of the task's environment."""
     envs = "\n".join(f"        {k} = {hcl_str(v)}" for k, v in env.items())
+    return one_shot_group_hcl(job, group, count, f"""    task "{task}" {{
+      driver = "{driver}"
+      config {{
+{config}
+      }}
+      env {{
+{envs}
+      }}
+      resources {{
+        cpu    = {cpu}
+        memory = {memory}
+      }}
+    }}""")
+
+
+def one_shot_group_hcl(job, group, count, tasks):
+    """one_shot_job_hcl's job around tasks, the group's task blocks (indented 4 spaces)."""
     return f"""
 job "{job}" {{
   datacenters = ["*"]
@@ -243,19 +260,7 @@ job "{job}" {{
       attempts  = 0
       unlimited = false
     }}
-    task "{task}" {{
-      driver = "{driver}"
-      config {{
-{config}
-      }}
-      env {{
-{envs}
-      }}
-      resources {{
-        cpu    = {cpu}
-        memory = {memory}
-      }}
-    }}
+{tasks}
   }}
 }}
 """

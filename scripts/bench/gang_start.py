@@ -49,24 +49,7 @@ def docker_job_hcl(job, n, env, image, out_dir, task):
     cmd, args = command(task)
     envs = "\n".join(f"        {k} = {bl.hcl_str(v)}" for k, v in env.items())
     root = os.environ["GPUJOB_CHECKPOINT_ROOT"]
-    return f"""
-job "{job}" {{
-  datacenters = ["*"]
-  type        = "batch"
-  group "g" {{
-    count = {n}
-    network {{
-      port "rdzv" {{}}
-    }}
-    restart {{
-      attempts = 0
-      mode     = "fail"
-    }}
-    reschedule {{
-      attempts  = 0
-      unlimited = false
-    }}
-    task "gpujob" {{
+    return bl.one_shot_group_hcl(job, "g", n, f"""    task "gpujob" {{
       driver = "gpujob"
       lifecycle {{
         hook    = "prestart"
@@ -122,10 +105,7 @@ job "{job}" {{
         cpu    = 20
         memory = 128
       }}
-    }}
-  }}
-}}
-"""
+    }}""")
 
 
 def job_hcl(job, driver, n, env, image=None, out_dir=None, task="sh"):
