@@ -318,19 +318,35 @@ func TestContainerSidecarHandle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, _ := json.Marshal(taskevent.Event{Kind: taskevent.Joined, Round: 4, Time: time.Now().UTC()})
+	// The event stream is subscribed through gRPC, which may not have
+	// reached the driver's eventer yet: events emitted before are not
+	// delivered. So the "container" appends an event every 200 ms until
+	// one arrives.
 	eventsFile := filepath.Join(cfg.AllocDir, "alloc", "gpujob", "train.events")
-	if err := os.WriteFile(eventsFile, append(line, '\n'), 0o600); err != nil {
+	f, err := os.OpenFile(eventsFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case e := <-events:
-		te, _ := taskevent.Decode(e.Annotations)
-		if e.TaskName != "train" || te.Round != 4 {
-			t.Errorf("recovered relay told %q for task %q", e.Message, e.TaskName)
+	defer f.Close()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for got := false; !got; {
+		select {
+		case e := <-events:
+			te, _ := taskevent.Decode(e.Annotations)
+			if e.TaskName != "train" || te.Round != 4 || te.Kind != taskevent.Joined {
+				t.Errorf("recovered relay told %q for task %q", e.Message, e.TaskName)
+			}
+			got = true
+		case <-tick.C:
+			line, _ := json.Marshal(taskevent.Event{Kind: taskevent.Joined, Round: 4, Time: time.Now().UTC()})
+			if _, err := f.Write(append(line, '\n')); err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("the recovered sidecar relays nothing")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the recovered sidecar relays nothing")
 	}
 	if err := h2.StopTask(cfg.ID, time.Second, "SIGTERM"); err != nil {
 		t.Fatal(err)
