@@ -69,9 +69,6 @@ func planContainer(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, runRoot 
 		return nil, fmt.Errorf("checkpoint_root: the job mounts checkpoints from %q into the container, but this client keeps them under %q "+
 			"(the driver's checkpoint_root); render the job again with GPUJOB_CHECKPOINT_ROOT=%s", tc.CheckpointRoot, pc.CheckpointRoot, pc.CheckpointRoot)
 	}
-	if tc.Preload != nil && len(tc.Preload) == 0 {
-		tc.Preload = nil
-	}
 	return &containerPlan{
 		task:   tc.ContainerTask,
 		runDir: filepath.Join(runRoot, cfg.AllocID),
