@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // configSpec is the agent's plugin "nomad-driver-gpujob" { config { ... } }.
@@ -23,6 +24,11 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	})),
 	"key_prefix": hclspec.NewDefault(hclspec.NewAttr("key_prefix", "string", false),
 		hclspec.NewLiteral(`"gpujob/rendezvous"`)),
+	// Where sweeps keep their records (package sweepkv); a trial's
+	// supervisor writes its metrics and reads its stop request there. It
+	// must match the CLI's and the sweep controller's.
+	"sweep_key_prefix": hclspec.NewDefault(hclspec.NewAttr("sweep_key_prefix", "string", false),
+		hclspec.NewLiteral(`"`+sweepkv.DefaultPrefix+`"`)),
 	"session_ttl": hclspec.NewDefault(hclspec.NewAttr("session_ttl", "string", false),
 		hclspec.NewLiteral(`"10s"`)),
 	"checkpoint_root": hclspec.NewDefault(hclspec.NewAttr("checkpoint_root", "string", false),
@@ -63,12 +69,17 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	// the supervisor, and the checkpoint root its mounts were rendered for.
 	"container_task":  hclspec.NewAttr("container_task", "string", false),
 	"checkpoint_root": hclspec.NewAttr("checkpoint_root", "string", false),
+	// A sweep's trial (both or neither): its supervisor reports rank 0's
+	// metric lines and obeys the trial's stop request (supervisor/trial.go).
+	"sweep": hclspec.NewAttr("sweep", "string", false),
+	"trial": hclspec.NewAttr("trial", "string", false),
 })
 
 // Config is the decoded plugin configuration.
 type Config struct {
 	Consul         *ConsulConfig `codec:"consul"`
 	KeyPrefix      string        `codec:"key_prefix"`
+	SweepKeyPrefix string        `codec:"sweep_key_prefix"`
 	SessionTTL     string        `codec:"session_ttl"`
 	CheckpointRoot string        `codec:"checkpoint_root"`
 	DefaultUser    string        `codec:"default_user"`
@@ -103,6 +114,9 @@ type TaskConfig struct {
 	// ContainerTask makes the task a container member's sidecar.
 	ContainerTask  string `codec:"container_task"`
 	CheckpointRoot string `codec:"checkpoint_root"`
+	// Sweep and Trial make the task a trial of a sweep (reportSpec).
+	Sweep string `codec:"sweep"`
+	Trial string `codec:"trial"`
 }
 
 // envMap merges the env maps.
@@ -131,6 +145,18 @@ func (c *Config) validate() error {
 	}
 	if strings.HasPrefix(c.KeyPrefix, "/") || strings.HasSuffix(c.KeyPrefix, "/") {
 		return fmt.Errorf("key_prefix: %q must not start or end with /", c.KeyPrefix)
+	}
+	if c.SweepKeyPrefix == "" {
+		c.SweepKeyPrefix = sweepkv.DefaultPrefix
+	}
+	if strings.HasPrefix(c.SweepKeyPrefix, "/") || strings.HasSuffix(c.SweepKeyPrefix, "/") {
+		return fmt.Errorf("sweep_key_prefix: %q must not start or end with /", c.SweepKeyPrefix)
+	}
+	// The two trees must not overlap: the rendezvous deletes what it
+	// takes for a dead run of <prefix>/<namespace>/<job>/, which in a
+	// shared tree could be a sweep's records.
+	if a, b := c.KeyPrefix+"/", c.SweepKeyPrefix+"/"; strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
+		return fmt.Errorf("sweep_key_prefix: %q overlaps key_prefix %q; the sweeps' records and the rendezvous need trees of their own", c.SweepKeyPrefix, c.KeyPrefix)
 	}
 	if c.SessionTTL == "" {
 		c.SessionTTL = "10s"

@@ -39,6 +39,8 @@ func FuzzTaskConfig(f *testing.F) {
 		`{"command":"${NOMAD_TASK_DIR}/x"}`,
 		`{"command":"x","rendezvous":[{},{}]}`,
 		`{"command":"x","unknown":1}`,
+		`{"command":"x","sweep":"bert-lr","trial":"t1"}`,
+		`{"command":"x","sweep":"bert-lr"}`,
 		`{}`,
 	} {
 		f.Add(s) // more in testdata/fuzz/FuzzTaskConfig: configs refused since
@@ -151,6 +153,15 @@ func checkSpec(t *testing.T, cfg *drivers.TaskConfig, tc *TaskConfig) {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			t.Fatalf("accepted env %q=%q", k, v)
 		}
+	}
+	// A trial's keys are in the sweeps' tree, in the job's namespace,
+	// only with both names.
+	switch r := s.Report; {
+	case (tc.Sweep != "" && tc.Trial != "") != (r != nil):
+		t.Fatalf("sweep %q trial %q gave report %+v", tc.Sweep, tc.Trial, r)
+	case r != nil && (!strings.HasPrefix(r.MetricsKey, pc.SweepKeyPrefix+"/ml/") || !strings.HasPrefix(r.StopKey, pc.SweepKeyPrefix+"/ml/") ||
+		strings.Count(r.MetricsKey, "/") != 6 || strings.Count(r.StopKey, "/") != 6):
+		t.Fatalf("report keys %+v are not <prefix>/ml/<sweep>/trials/<trial>/…", r)
 	}
 	// The supervisor reads back exactly what the driver wrote.
 	b, err := json.Marshal(s)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpujob/gpujob/driver/supervisor"
 	"github.com/gpujob/gpujob/internal/safename"
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // Defaults for the task's rendezvous block.
@@ -126,6 +127,10 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	if err != nil {
 		return nil, err
 	}
+	report, err := reportSpec(cfg, tc, pc)
+	if err != nil {
+		return nil, err
+	}
 
 	s := &supervisor.Spec{
 		Command:          tc.Command,
@@ -151,8 +156,29 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		EventsFile:       filepath.Join(private, eventsFileName),
 		GroupsFile:       filepath.Join(private, groupsFileName),
 		StopDeadlineFile: filepath.Join(private, stopDeadlineFileName),
+		Report:           report,
 	}
 	return s, s.Validate()
+}
+
+// reportSpec is a sweep trial's records, nil for a task that is no trial.
+// The namespace is the job's, as Nomad gives it to the driver, never a
+// name from the task config: a job can only report into, and be stopped
+// from, its own namespace's sweeps, which is what an operator's Consul
+// ACLs and the sweep controller's token assume.
+func reportSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config) (*supervisor.ReportSpec, error) {
+	if tc.Sweep == "" && tc.Trial == "" {
+		return nil, nil
+	}
+	if tc.Sweep == "" || tc.Trial == "" {
+		return nil, fmt.Errorf("sweep and trial: a sweep's trial names both (got sweep %q, trial %q)", tc.Sweep, tc.Trial)
+	}
+	prefix := firstOf(pc.SweepKeyPrefix, sweepkv.DefaultPrefix)
+	ns := firstOf(cfg.Namespace, "default")
+	return &supervisor.ReportSpec{
+		MetricsKey: sweepkv.MetricsKey(prefix, ns, tc.Sweep, tc.Trial),
+		StopKey:    sweepkv.StopKey(prefix, ns, tc.Sweep, tc.Trial),
+	}, nil
 }
 
 // gpuCount is how many GPUs the device plugin reserved to the task, from the

@@ -306,6 +306,13 @@ chmod 0755 "$dir"
 rm -rf "$dir/workloads"
 cp -R "$repo/jobspecs/workloads" "$dir/workloads"
 chmod -R a+rX "$dir/workloads"
+# A sweep's controller job runs the gpujob CLI as nobody too: a copy here,
+# which `gpujob sweep submit` finds through GPUJOB_CONTROLLER_BINARY.
+rm -rf "$dir/bin"
+mkdir -p "$dir/bin"
+if [ -x "$plugin_src/gpujob" ]; then
+	install -m 0755 "$plugin_src/gpujob" "$dir/bin/gpujob"
+fi
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
 	! setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups test -r "$dir/workloads/bert_finetune.py"; then
 	die "user nobody cannot reach $dir (a directory above it is private); the gpujob tasks run as nobody: set GPUJOB_DEV_DIR to a path under /tmp"
@@ -1038,6 +1045,7 @@ export GPUJOB_DEV_ACL='$acl'
 export GPUJOB_DEV_TLS='$tls'
 export GPUJOB_DEV_DOCKER='$docker'
 export GPUJOB_CHECKPOINT_ROOT='$checkpoint_root'
+export GPUJOB_CONTROLLER_BINARY='$dir/bin/gpujob'
 EOF
 	if ((docker)); then
 		cat <<EOF

@@ -3,6 +3,8 @@
 package nomadapi
 
 import (
+	"errors"
+
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -18,6 +20,10 @@ type API interface {
 	Validate(job *api.Job) (*api.JobValidateResponse, error)
 	Plan(job *api.Job) (*api.JobPlanResponse, error)
 	Register(job *api.Job) (*api.JobRegisterResponse, error)
+	// RegisterNew registers job only if no job of its ID exists (Nomad's
+	// enforce_index 0); otherwise it returns an error wrapping
+	// ErrJobExists and changes nothing.
+	RegisterNew(job *api.Job) (*api.JobRegisterResponse, error)
 	Deregister(jobID string, purge bool) (string, error)
 
 	Job(jobID string) (*api.Job, error)
@@ -37,3 +43,6 @@ type API interface {
 	// NodeStats is the client's host stats, GPU device stats included.
 	NodeStats(nodeID string) (*api.HostStats, error)
 }
+
+// ErrJobExists is RegisterNew's answer when a job of that ID exists.
+var ErrJobExists = errors.New("a job of that ID already exists")

@@ -154,6 +154,19 @@ func (c *client) Register(job *api.Job) (*api.JobRegisterResponse, error) {
 	return r, c.explain("registering the job", c.ns(CapSubmitJob), err)
 }
 
+func (c *client) RegisterNew(job *api.Job) (*api.JobRegisterResponse, error) {
+	r, _, err := c.c.Jobs().EnforceRegister(job, 0, nil)
+	// Nomad answers a failed index check with a 500 whose text names it.
+	if err != nil && strings.Contains(err.Error(), "job modify index") {
+		id := ""
+		if job.ID != nil {
+			id = *job.ID
+		}
+		return nil, fmt.Errorf("registering job %s: %w", id, ErrJobExists)
+	}
+	return r, c.explain("registering the job", c.ns(CapSubmitJob), err)
+}
+
 func (c *client) Deregister(jobID string, purge bool) (string, error) {
 	id, _, err := c.c.Jobs().Deregister(jobID, purge, nil)
 	return id, c.explain("stopping job "+jobID, c.ns(CapSubmitJob), err)

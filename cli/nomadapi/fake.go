@@ -344,6 +344,16 @@ func (f *Fake) Register(job *api.Job) (*api.JobRegisterResponse, error) {
 	return &api.JobRegisterResponse{EvalID: f.newEvalLocked(*j.ID), JobModifyIndex: f.index}, nil
 }
 
+func (f *Fake) RegisterNew(job *api.Job) (*api.JobRegisterResponse, error) {
+	f.mu.Lock()
+	exists := job.ID != nil && f.jobs[*job.ID] != nil
+	f.mu.Unlock()
+	if exists {
+		return nil, fmt.Errorf("registering job %s: %w", *job.ID, ErrJobExists)
+	}
+	return f.Register(job)
+}
+
 func (f *Fake) newEvalLocked(jobID string) string {
 	f.evalNo++
 	id := fmt.Sprintf("%08d-0000-0000-0000-000000000000", f.evalNo)

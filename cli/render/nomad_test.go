@@ -207,8 +207,17 @@ func TestNomadJobValidate(t *testing.T) {
 			}
 		}
 	}
+	goldens := []string{}
 	for _, p := range examples(t) {
-		golden := goldenPath(p)
+		goldens = append(goldens, goldenPath(p))
+	}
+	// The jobs a sweep becomes (cli/command/sweep's golden files).
+	sweeps, err := filepath.Glob(filepath.Join(renderedDir, "sweep-*.nomad.hcl"))
+	if err != nil || len(sweeps) == 0 {
+		t.Fatalf("no sweep jobspecs in %s (%v): go test ./cli/command/sweep -run TestGolden -update", renderedDir, err)
+	}
+	goldens = append(goldens, sweeps...)
+	for _, golden := range goldens {
 		t.Run(filepath.Base(golden), func(t *testing.T) {
 			cmd := exec.Command(bin, "job", "validate", "-no-color", golden)
 			cmd.Env = append(os.Environ(), "NOMAD_ADDR="+addr)

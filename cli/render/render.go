@@ -60,6 +60,9 @@ const (
 	MetaGPUsPerWorker = "gpujob_gpus_per_worker"
 	MetaTask          = "gpujob_task"
 	MetaRun           = "gpujob_run"
+	// MetaSweep and MetaTrial name the sweep and trial of a trial's job.
+	MetaSweep = "gpujob_sweep"
+	MetaTrial = "gpujob_trial"
 
 	// DefaultCheckpointRoot is the gpujob driver's default checkpoint_root.
 	DefaultCheckpointRoot = "/var/lib/gpujob/checkpoints"
@@ -76,6 +79,10 @@ type Options struct {
 	// keeps checkpoints elsewhere refuses the job instead of training
 	// without them. Host jobs do not use it.
 	CheckpointRoot string
+	// Sweep and Trial, both set, make the job a sweep's trial: its gpujob
+	// task forwards rank 0's metric lines to the sweep's records in Consul
+	// and obeys the sweep controller's stop request.
+	Sweep, Trial string
 }
 
 // Jobspec renders the Nomad jobspec for t with the default Options.
@@ -129,6 +136,12 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	if t.Image != "" {
 		meta[MetaRun] = ""
 	}
+	if (o.Sweep == "") != (o.Trial == "") {
+		return nil, fmt.Errorf("render: a trial needs both its sweep and its trial name (got %q and %q)", o.Sweep, o.Trial)
+	}
+	if o.Sweep != "" {
+		meta[MetaSweep], meta[MetaTrial] = o.Sweep, o.Trial
+	}
 	job.SetAttributeValue("meta", ctyval.StringMap(meta))
 	job.AppendNewline()
 
@@ -151,7 +164,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 
 	if t.Image == "" {
 		task := newTask(group, Task, Driver)
-		gpujobConfig(task, t, 0, "", "")
+		gpujobConfig(task, t, 0, "", "", o)
 		artifacts(task, t)
 		memberResources(task, t)
 		return f.Bytes(), nil
@@ -165,7 +178,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	lc.SetAttributeValue("sidecar", cty.True)
 	sidecar.AppendNewline()
 	// It holds no GPUs to count: the ranks per member are explicit.
-	gpujobConfig(sidecar, t, max(t.GPUsPerWorker, 1), Task, root)
+	gpujobConfig(sidecar, t, max(t.GPUsPerWorker, 1), Task, root, o)
 	sidecar.AppendNewline()
 	res := sidecar.AppendNewBlock("resources", nil).Body()
 	res.SetAttributeValue("cpu", cty.NumberIntVal(spec.SidecarCPU))
@@ -216,7 +229,7 @@ func newTask(group *hclwrite.Body, name, driver string) *hclwrite.Body {
 // gpujobConfig writes the gpujob driver's config. A sidecar's (container
 // set) also names its docker task, the checkpoint root its mounts were
 // rendered for, and nproc ranks per member.
-func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root string) {
+func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root string, o Options) {
 	config := task.AppendNewBlock("config", nil).Body()
 	config.SetAttributeValue("command", cty.StringVal(t.Command))
 	if len(t.Args) > 0 {
@@ -245,6 +258,10 @@ func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root
 	if container != "" {
 		config.SetAttributeValue("container_task", cty.StringVal(container))
 		config.SetAttributeValue("checkpoint_root", cty.StringVal(root))
+	}
+	if o.Sweep != "" {
+		config.SetAttributeValue("sweep", cty.StringVal(o.Sweep))
+		config.SetAttributeValue("trial", cty.StringVal(o.Trial))
 	}
 	config.AppendNewline()
 	rdzv := config.AppendNewBlock("rendezvous", nil).Body()

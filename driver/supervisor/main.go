@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -91,6 +92,10 @@ func Main(specPath string) int {
 	}
 	code := 1
 	var sup *Supervisor
+	var trial *consulTrial
+	if spec.Report != nil {
+		trial = newConsulTrial(client, spec, os.Stderr)
+	}
 	defer func() {
 		// After a stop, leaving must fit in what is left of Nomad's
 		// kill_timeout (the supervisor planned it when the stop came).
@@ -101,20 +106,31 @@ func Main(specPath string) int {
 		closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		leave := rdv.Close
-		if code == ExitStopped {
-			// Nomad stopped this task on purpose: if the whole job is
-			// stopping, the last member out deletes the run's state.
+		if code == ExitStopped || (sup != nil && sup.TrialStopped()) {
+			// Nomad stopped this task, or the sweep its trial, on
+			// purpose: if the whole job is stopping, the last member
+			// out deletes the run's state.
 			leave = rdv.Stop
+		}
+		// A trial's metrics record is given up (a last write, its
+		// session destroyed) beside the leaving, in the same time.
+		var closed sync.WaitGroup
+		if trial != nil {
+			closed.Go(func() { trial.Close(closeCtx) })
 		}
 		if err := leave(closeCtx); err != nil {
 			fmt.Fprintf(os.Stderr, "gpujob: leaving the group: %v\n", err)
 		}
+		closed.Wait()
 	}()
 
 	sup, err = New(spec, rdv, os.Environ(), os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
+	}
+	if trial != nil {
+		sup.SetTrial(trial)
 	}
 	go func() {
 		for sig := range forward {

@@ -85,6 +85,18 @@ type Spec struct {
 	// the host, which a container member's supervisor compares with what
 	// it sees at CheckpointDir (a bind mount keeps both).
 	CheckpointDirID string `json:"checkpoint_dir_id,omitempty"`
+	// Report makes the task a trial of a sweep (trial.go): the member
+	// that hosts global rank 0 forwards its metric lines to the trial's
+	// metrics record, and every member obeys the trial's stop request.
+	Report *ReportSpec `json:"report,omitempty"`
+}
+
+// ReportSpec is where a sweep trial's records are (package sweepkv). The
+// driver derives both keys from the job's namespace and the task config's
+// sweep and trial.
+type ReportSpec struct {
+	MetricsKey string `json:"metrics_key"` // sweepkv.MetricsKey
+	StopKey    string `json:"stop_key"`    // sweepkv.StopKey
 }
 
 // Member identifies this allocation in the rendezvous.
@@ -149,6 +161,9 @@ func (s *Spec) Validate() error {
 	case s.NProcPerNode > rendezvous.MaxLocalWorldSize:
 		return fmt.Errorf("nproc_per_node must be at most %d, got %d", rendezvous.MaxLocalWorldSize, s.NProcPerNode)
 	}
+	if err := s.Report.validate(); err != nil {
+		return err
+	}
 	if len(s.Preload) > 0 {
 		for i, m := range s.Preload {
 			if !pylaunch.Module(m) {
@@ -160,6 +175,28 @@ func (s *Spec) Validate() error {
 		}
 	}
 	return s.checkExec()
+}
+
+// validate checks a report spec (nil is none): both keys, each a relative
+// Consul key of clean segments.
+func (r *ReportSpec) validate() error {
+	if r == nil {
+		return nil
+	}
+	for _, k := range []struct{ field, key string }{{"report.metrics_key", r.MetricsKey}, {"report.stop_key", r.StopKey}} {
+		if k.key == "" || strings.HasPrefix(k.key, "/") || strings.HasSuffix(k.key, "/") {
+			return fmt.Errorf("%s: %q is not a relative consul key", k.field, k.key)
+		}
+		for _, seg := range strings.Split(k.key, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				return fmt.Errorf("%s: %q has an empty, . or .. segment", k.field, k.key)
+			}
+		}
+	}
+	if r.MetricsKey == r.StopKey {
+		return fmt.Errorf("report: the metrics and stop keys are both %q", r.MetricsKey)
+	}
+	return nil
 }
 
 // checkExec refuses what exec could not pass to a rank as written, so that

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
@@ -46,6 +47,10 @@ type Supervisor struct {
 	events *eventLog
 	// leaveBy is the deadline for leaving the group once Run returned.
 	leaveBy time.Time
+	// trial is the sweep trial's records (SetTrial); nil for a task that
+	// is no trial. trialStop is the request Run ended on, if it did.
+	trial     Trial
+	trialStop *sweepkv.StopRequest
 }
 
 // New returns a supervisor for spec that rendezvouses through coord and
@@ -97,9 +102,15 @@ func (s *Supervisor) planStop() stopPlan {
 }
 
 // Run is the member's life: join a round, run the workers, restart with the
-// group until done. It returns the task's exit code.
+// group until done. It returns the task's exit code. For a trial (SetTrial)
+// it also ends on the trial's stop request, with 0.
 func (s *Supervisor) Run(ctx context.Context) int {
 	defer s.events.close()
+	ctx, endWatch := s.watchStop(ctx)
+	defer endWatch()
+	if s.trial != nil && s.likelyRankZero() {
+		s.trial.SetReporting(ctx, true)
+	}
 	spawn := newSpawner()
 	defer spawn.close() // every path below has reaped the ranks
 	var pool *zygotes
@@ -116,9 +127,7 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		round, err := s.coord.Join(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				s.planStop()
-				s.events.emit(s.event(taskevent.Stopped, Placement{}))
-				return ExitStopped
+				return s.stopped(ctx, Placement{}, nil, nil)
 			}
 			e := s.event(taskevent.Failed, Placement{})
 			e.Failure = taskevent.Failure{Member: s.spec.Self.Name, Reason: joinFailure(err)}
@@ -126,13 +135,14 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			return 1
 		}
 		p := placement(round)
+		s.reportFor(ctx, p)
 		joined := s.event(taskevent.Joined, p)
 		if pool != nil {
 			joined.Warning = pool.prepare(ctx)
 		}
 		s.events.emit(joined)
 
-		w, err := startWorkersWith(s.spec, p, s.env, s.stdout, s.stderr, spawn.start, pool)
+		w, err := startWorkersWith(s.spec, p, s.env, s.stdout, s.stderr, spawn.start, pool, s.rankOutput)
 		if err != nil {
 			if code, ok := s.endRound(ctx, round, p, rendezvous.Failure{Member: s.spec.Self.Name, Reason: err.Error(), ExitCode: -1}); !ok {
 				return code
@@ -159,11 +169,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			s.events.emit(e)
 			return 0
 		case "stopped":
-			w.stop(s.planStop().grace)
-			s.events.emit(s.event(taskevent.Stopped, p))
-			return ExitStopped
+			return s.stopped(ctx, p, w, round)
 		case "local":
 			w.stop(s.stopGrace())
+			if req, ok := s.trialStopRequest(ctx); ok {
+				return s.trialStopped(ctx, p, round, req)
+			}
 			reason := fmt.Sprintf("rank %d exited %d", out.exit.Rank, out.exit.Code)
 			if out.exit.Err != nil {
 				reason = fmt.Sprintf("rank %d: %v", out.exit.Rank, out.exit.Err)
@@ -173,6 +184,9 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			}
 		case "remote":
 			w.stop(s.stopGrace())
+			if req, ok := s.trialStopRequest(ctx); ok {
+				return s.trialStopped(ctx, p, round, req)
+			}
 			e := s.event(taskevent.Restarting, p)
 			e.Remote = true
 			e.Failure = taskevent.Failure{Member: out.failure.Member, Reason: out.failure.Reason, ExitCode: out.failure.ExitCode}
@@ -242,9 +256,7 @@ func (s *Supervisor) endRound(ctx context.Context, round *rendezvous.Round, p Pl
 	defer cancel()
 	if err := s.coord.Fail(failCtx, round, f); err != nil {
 		if ctx.Err() != nil {
-			s.planStop()
-			s.events.emit(s.event(taskevent.Stopped, p))
-			return ExitStopped, false
+			return s.stopped(ctx, p, nil, nil), false
 		}
 		failed := s.event(taskevent.Failed, p)
 		failed.Failure = taskevent.Failure{Member: f.Member, ExitCode: f.ExitCode,

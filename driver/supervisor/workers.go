@@ -111,12 +111,16 @@ func (s *spawner) close() {
 // startWorkers starts s.NProcPerNode processes for placement p through
 // start (a spawner's).
 func startWorkers(s *Spec, p Placement, base []string, stdout, stderr io.Writer, start func(*exec.Cmd) error) (*workers, error) {
-	return startWorkersWith(s, p, base, stdout, stderr, start, nil)
+	return startWorkersWith(s, p, base, stdout, stderr, start, nil, nil)
 }
 
 // startWorkersWith is startWorkers with preloaded interpreters: a slot whose
-// zygote serves forks its rank from it, any other starts cold.
-func startWorkersWith(s *Spec, p Placement, base []string, stdout, stderr io.Writer, start func(*exec.Cmd) error, pool *zygotes) (*workers, error) {
+// zygote serves forks its rank from it, any other starts cold. tee, if set,
+// may give a global rank a reader of its stdout (a sweep trial's rank 0,
+// Supervisor.rankOutput), which sees the rank's own bytes, before any
+// prefix, and is closed once the rank's output ends.
+func startWorkersWith(s *Spec, p Placement, base []string, stdout, stderr io.Writer, start func(*exec.Cmd) error,
+	pool *zygotes, tee func(rank int) io.WriteCloser) (*workers, error) {
 	w := &workers{exits: make(chan exit, s.NProcPerNode), done: make(chan struct{})}
 	var outMu, errMu sync.Mutex
 	var wg sync.WaitGroup
@@ -134,6 +138,18 @@ func startWorkersWith(s *Spec, p Placement, base []string, stdout, stderr io.Wri
 			le := &lineWriter{prefix: prefix, out: stderr, mu: &errMu}
 			rout, rerr = lo, le
 			flush = func() { lo.flush(); le.flush() }
+		}
+		if tee != nil {
+			if t := tee(p.RankOffset + local); t != nil {
+				rout = &teeWriter{out: rout, copy: t}
+				prefixed := flush
+				flush = func() {
+					if prefixed != nil {
+						prefixed()
+					}
+					_ = t.Close()
+				}
+			}
 		}
 		var z *zygote
 		if pool != nil {
@@ -378,6 +394,20 @@ func (l *lineWriter) flush() {
 		return
 	}
 	_, _ = l.Write([]byte{'\n'})
+}
+
+// teeWriter passes a rank's output on unchanged and shows what was passed
+// on to copy, whose errors (a trial's line reader has none) never reach the
+// rank.
+type teeWriter struct {
+	out  io.Writer
+	copy io.Writer
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	n, err := t.out.Write(p)
+	_, _ = t.copy.Write(p[:n])
+	return n, err
 }
 
 // startHint explains a rank that could not start for want of permission as

@@ -45,7 +45,7 @@ func writeScript(t *testing.T, body string) string {
 func runRound(t *testing.T, spec *Spec, pool *zygotes, p Placement) ([]exit, string) {
 	t.Helper()
 	out := &safeBuffer{}
-	w, err := startWorkersWith(spec, p, []string{"PATH=/usr/bin:/bin", "NOMAD_ALLOC_ID=test"}, out, out, startDirect, pool)
+	w, err := startWorkersWith(spec, p, []string{"PATH=/usr/bin:/bin", "NOMAD_ALLOC_ID=test"}, out, out, startDirect, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestPreloadedRankKilledAndZygoteKilled(t *testing.T) {
 
 	for _, victim := range []string{"rank", "zygote"} {
 		out := &safeBuffer{}
-		w, err := startWorkersWith(spec, p, nil, out, out, startDirect, pool)
+		w, err := startWorkersWith(spec, p, nil, out, out, startDirect, pool, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

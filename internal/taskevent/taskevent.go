@@ -1,6 +1,7 @@
 // Package taskevent is the one definition of the gpujob supervisor's
-// milestones (joined a round, restarting, succeeded, failed, stopped) as they
-// travel from the supervisor, through the task driver, to the CLI.
+// milestones (joined a round, restarting, succeeded, failed, stopped, a
+// sweep's trial stopped on request) as they travel from the supervisor,
+// through the task driver, to the CLI.
 //
 // The supervisor writes each Event as a JSON line to its events file; the
 // driver passes Encode's map as the Nomad task event's annotations, which
@@ -35,7 +36,18 @@ const (
 	Failed Kind = "failed"
 	// Stopped: Nomad stopped the task.
 	Stopped Kind = "stopped"
+	// TrialStopped: the sweep this member's trial belongs to asked the
+	// trial to stop (early stopping, the sweep's goal reached, a user's
+	// sweep stop); the member stopped its ranks and exits 0, so Nomad
+	// neither restarts it nor counts it failed. Stop.Reason says why.
+	TrialStopped Kind = "trial_stopped"
 )
+
+// Stop is the sweep's stop request that ended a TrialStopped member.
+type Stop struct {
+	Reason string    `json:"reason,omitempty"` // the request's words, the event's message
+	At     time.Time `json:"at,omitzero"`      // when the request was made
+}
 
 // Failure says who ended a round and why.
 type Failure struct {
@@ -70,6 +82,8 @@ type Event struct {
 	// Warning is something that went wrong without changing the outcome,
 	// e.g. a success that could not be recorded in Consul.
 	Warning string `json:"warning,omitempty"`
+	// Stop is set for TrialStopped.
+	Stop Stop `json:"stop,omitzero"`
 }
 
 // LocalRanks is how many ranks the member runs.
@@ -131,6 +145,11 @@ func (e Event) Describe() string {
 		}
 	case Failed:
 		s = e.Failure.Reason
+	case TrialStopped:
+		s = e.Stop.Reason
+		if s == "" {
+			s = "stopped by the sweep"
+		}
 	default:
 		s = string(e.Kind)
 	}
@@ -173,6 +192,12 @@ func (e Event) Encode() map[string]string {
 	if e.Warning != "" {
 		m["warning"] = e.Warning
 	}
+	if e.Stop.Reason != "" {
+		m["stop_reason"] = e.Stop.Reason
+	}
+	if !e.Stop.At.IsZero() {
+		m["stop_at"] = e.Stop.At.UTC().Format(time.RFC3339Nano)
+	}
 	return m
 }
 
@@ -211,6 +236,14 @@ func Decode(details map[string]string) (e Event, ok bool) {
 			ExitCode: num("failure_exit_code")},
 		Remote:  details["remote"] == "true",
 		Warning: details["warning"],
+		Stop:    Stop{Reason: details["stop_reason"]},
+	}
+	if v, ok := details["stop_at"]; ok {
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil && bad == nil {
+			bad = err
+		}
+		e.Stop.At = at
 	}
 	if bad != nil {
 		return Event{}, false

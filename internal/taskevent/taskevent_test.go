@@ -3,6 +3,7 @@ package taskevent
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -14,6 +15,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			Failure: Failure{Member: "bert.train[1]", Reason: "rank 1 exited 137", ExitCode: 137}},
 		{Kind: Succeeded, Round: 1, FirstRank: 0, LastRank: 1, Warning: "recording the success in Consul failed: EOF"},
 		{Kind: Failed, Failure: Failure{Reason: "join timed out"}, MaxRestarts: 1},
+		{Kind: TrialStopped, Round: 2, FirstRank: 0, LastRank: 0, WorldSize: 1, Restarts: 1, MaxRestarts: 3,
+			Stop: Stop{Reason: "stopped by ASHA at step 120: 0.71 < rung cut 0.78", At: time.Date(2026, 12, 2, 10, 0, 0, 5, time.UTC)}},
 	}
 	for _, e := range events {
 		got, ok := Decode(e.Encode())
@@ -34,6 +37,7 @@ func TestDecodeRejects(t *testing.T) {
 		"a malformed number":     {VersionKey: version, "kind": "joined", "round": "one"},
 		"nil":                    nil,
 		"version without a kind": {VersionKey: version},
+		"a malformed stop time":  {VersionKey: version, "kind": "trial_stopped", "stop_at": "yesterday"},
 	} {
 		if e, ok := Decode(d); ok {
 			t.Errorf("%s: decoded %+v", name, e)
@@ -61,6 +65,9 @@ func TestDescribe(t *testing.T) {
 		{Event{Kind: Stopped}, "stopped while waiting for the group"},
 		{Event{Kind: Stopped, Round: 1}, "stopped by Nomad; local ranks stopped"},
 		{Event{Kind: Failed, Failure: Failure{Reason: "restart budget exhausted"}}, "restart budget exhausted"},
+		{Event{Kind: TrialStopped, Round: 4, Stop: Stop{Reason: "stopped by ASHA at step 120: 0.71 < rung cut 0.78"}},
+			"stopped by ASHA at step 120: 0.71 < rung cut 0.78"},
+		{Event{Kind: TrialStopped}, "stopped by the sweep"},
 	}
 	for _, tt := range tests {
 		if got := tt.e.Describe(); got != tt.want {

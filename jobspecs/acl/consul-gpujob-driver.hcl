@@ -1,7 +1,8 @@
 # Consul policy of the gpujob task driver's token: the plugin config's
 # consul { token } (or CONSUL_HTTP_TOKEN in the Nomad client's environment).
 # The driver hands the token to each task's supervisor, which runs the
-# rendezvous; nothing else in gpujob talks to Consul.
+# rendezvous and, for a sweep's trial, reports its metrics and reads its
+# stop request.
 #
 #   consul acl policy create -name gpujob-driver -rules @jobspecs/acl/consul-gpujob-driver.hcl
 #   consul acl token create -policy-name gpujob-driver -description "gpujob task driver"
@@ -14,6 +15,22 @@
 # lists keys there, and deletes a finished run's tree. The trailing slash
 # keeps a sibling such as gpujob/rendezvous-other out of reach.
 key_prefix "gpujob/rendezvous/" {
+  policy = "write"
+}
+
+# A sweep's trial (task config sweep and trial): the supervisor that hosts
+# rank 0 writes the trial's metrics record,
+# <sweep_key_prefix>/<ns>/<sweep>/trials/<trial>/metrics, with an acquire
+# under a session of its own (so the record shows exactly while a live
+# supervisor reports), and every member of the trial reads its stop request,
+# .../trials/<trial>/stop, with blocking queries. It writes nothing else
+# (no stop request, no sweep spec or state), but Consul's rules match key
+# prefixes, and no prefix holds every trial's metrics record without its
+# stop request, so the driver gets write on the sweeps' tree
+# ("gpujob/sweeps" by default: the plugin's sweep_key_prefix; change both
+# together). The <ns> in those keys is always the job's own Nomad
+# namespace, which the driver takes from Nomad, never from the job.
+key_prefix "gpujob/sweeps/" {
   policy = "write"
 }
 

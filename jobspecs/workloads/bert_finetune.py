@@ -10,6 +10,7 @@ GPUJOB_CHECKPOINT_DIR) from the environment; WORLD_SIZE unset or 1 runs single-p
 Output lines (stdout, flushed):
   gpujob: resumed from checkpoint step=S epoch=E file=PATH rank=R
   gpujob: step=S epoch=E rank=R loss=L global_loss=G samples_per_sec=X lr=...
+  gpujob-metric: {"step": S, "accuracy": A, "f1": F, "loss": L}   (rank 0 only: held-out evaluation)
   gpujob-result: {"accuracy": ..., "f1": ..., ...}          (rank 0 only, last line)
 See README.md next to this file.
 """
@@ -97,6 +98,12 @@ def parse_args(argv):
     ap.add_argument("--checkpoint-dir", default=os.environ.get("GPUJOB_CHECKPOINT_DIR", ""),
                     help="default $GPUJOB_CHECKPOINT_DIR; empty disables checkpoints")
     ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
+    ap.add_argument("--eval-every", type=nonneg_int, default=None,
+                    help="steps between held-out evaluations, each a gpujob-metric line of rank 0; "
+                         "0: only the final one (default: --checkpoint-every)")
+    ap.add_argument("--eval-metric-size", type=nonneg_int, default=256,
+                    help="held-out samples a periodic evaluation scores (the first N of the split; "
+                         "0: all of it); the final evaluation always scores all of it")
     ap.add_argument("--log-every", type=positive_int, default=10)
     ap.add_argument("--loss-window", type=positive_int, default=200,
                     help="logged loss = mean of this rank's last N step losses (smooths shard noise)")
@@ -107,6 +114,8 @@ def parse_args(argv):
     ap.add_argument("--pg-timeout", type=positive_int, default=300,
                     help="seconds for process-group init and collectives")
     a = ap.parse_args(argv)
+    if a.eval_every is None:
+        a.eval_every = a.checkpoint_every
     if a.d_model % a.heads:
         ap.error(f"--d-model {a.d_model} is not divisible by --heads {a.heads}")
     if a.seq_len < 8:
@@ -465,6 +474,62 @@ def main(argv):
               "saved_at": time.time()}
         return save_checkpoint(torch, ckdir, st)
 
+    # ---- held-out evaluation: every rank scores a shard; the confusion counts and the summed
+    # cross-entropy are all-reduced, so every rank computes the same figures.
+    def eval_batches(n, fast):
+        """This rank's shard of the first n held-out samples (0: all) in batches of 256. fast:
+        sorted by length in batches of 64, each cut to its longest row (padding is masked out,
+        so the predictions are the same at about half the cost)."""
+        xs, ys = (x_eval[:n], y_eval[:n]) if n else (x_eval, y_eval)
+        xs, ys = xs[rank::world], ys[rank::world]
+        bs = 256
+        if fast:
+            order = torch.sort(xs.ne(WordTokenizer.PAD).sum(1), stable=True).indices
+            xs, ys, bs = xs[order], ys[order], 64
+        out = []
+        for i in range(0, len(xs), bs):
+            xb = xs[i:i + bs]
+            if fast:
+                xb = xb[:, :int(xb.ne(WordTokenizer.PAD).sum(1).max())]
+            out.append((xb, ys[i:i + bs]))
+        return out
+
+    def f1(tp_, fp_, fn_):
+        return 2 * tp_ / max(1.0, 2 * tp_ + fp_ + fn_)
+
+    # tp fp fn tn, loss sum. One buffer for the whole run: a tensor that gloo's worker thread
+    # still holds when Python drops it is freed by that thread, which needs the GIL; at
+    # interpreter exit that deadlocks (torch 1.13, seen here), so no all-reduced tensor may die
+    # before the process group.
+    counts = torch.zeros(5, dtype=torch.float64, device=device)
+
+    def evaluate(batches):
+        model.eval()
+        counts.zero_()
+        with torch.no_grad():
+            for xb, yt in batches:
+                logits = model(xb.to(device))
+                pred = logits.argmax(-1).cpu()
+                loss_sum = F.cross_entropy(logits.float(), yt.to(device), reduction="sum").item()
+                counts.add_(torch.tensor([((pred == 1) & (yt == 1)).sum().item(), ((pred == 1) & (yt == 0)).sum().item(),
+                                          ((pred == 0) & (yt == 1)).sum().item(), ((pred == 0) & (yt == 0)).sum().item(),
+                                          loss_sum], dtype=torch.float64, device=device))
+        if distributed:
+            dist.all_reduce(counts)
+        tp, fp, fn, tn, loss_sum = counts.tolist()
+        n = max(1.0, tp + fp + fn + tn)
+        return {"accuracy": (tp + tn) / n, "f1": (f1(tp, fp, fn) + f1(tn, fn, fp)) / 2,
+                "f1_positive": f1(tp, fp, fn), "loss": loss_sum / n}
+
+    def report(step, m):
+        if rank == 0:
+            print("gpujob-metric: " + json.dumps({"step": step, "accuracy": round(m["accuracy"], 4),
+                                                  "f1": round(m["f1"], 4), "loss": round(m["loss"], 4)}),
+                  flush=True)
+
+    periodic_eval = eval_batches(args.eval_metric_size, fast=True) if args.eval_every else []
+    eval_seconds = 0.0  # periodic evaluations, left out of the training time and throughput
+
     # ---- train
     step = start_step
     last_ckpt = start_step
@@ -504,6 +569,15 @@ def main(argv):
                     f"global_loss={lw.item():.4f} samples_per_sec={sps:.1f} "
                     f"lr={sched.get_last_lr()[0]:.6f} world_size={world}")
                 win_n, win_t = 0, now
+            # Before the checkpoint, so a step that has a checkpoint has had its metric line.
+            # The last step's evaluation is the final one, below.
+            if args.eval_every and step % args.eval_every == 0 and step < total_steps:
+                t_eval = time.time()
+                report(step, evaluate(periodic_eval))
+                ddp.train()
+                dt = time.time() - t_eval
+                eval_seconds += dt
+                win_t += dt
             if ckdir and args.checkpoint_every and step % args.checkpoint_every == 0 and rank == 0:
                 checkpoint(step, epoch, k + 1)
                 last_ckpt = step
@@ -515,33 +589,17 @@ def main(argv):
         break
     if distributed:
         dist.barrier()
-    train_seconds = time.time() - t_train
+    train_seconds = time.time() - t_train - eval_seconds
     if ckdir and rank == 0 and last_ckpt != step and step > start_step:
         checkpoint(step, epoch, k + 1)
 
-    # ---- evaluate: every rank scores a shard, confusion counts are summed
-    model.eval()
-    counts = torch.zeros(4, dtype=torch.float64, device=device)  # tp fp fn tn
-    with torch.no_grad():
-        xs, ys = x_eval[rank::world], y_eval[rank::world]
-        for i in range(0, len(xs), 256):
-            pred = model(xs[i:i + 256].to(device)).argmax(-1).cpu()
-            yt = ys[i:i + 256]
-            counts += torch.tensor([((pred == 1) & (yt == 1)).sum().item(), ((pred == 1) & (yt == 0)).sum().item(),
-                                    ((pred == 0) & (yt == 1)).sum().item(), ((pred == 0) & (yt == 0)).sum().item()],
-                                   dtype=torch.float64, device=device)
-    if distributed:
-        dist.all_reduce(counts)
-    tp, fp, fn, tn = counts.tolist()
-
-    def f1(tp_, fp_, fn_):
-        return 2 * tp_ / max(1.0, 2 * tp_ + fp_ + fn_)
-
-    accuracy = (tp + tn) / max(1.0, tp + fp + fn + tn)
-    macro_f1 = (f1(tp, fp, fn) + f1(tn, fn, fp)) / 2
+    # ---- evaluate: the whole held-out split, in its order (the result's figures)
+    final = evaluate(eval_batches(0, fast=False))
+    report(step, final)
     trained = step - start_step
     if rank == 0:
-        result = {"accuracy": round(accuracy, 4), "f1": round(macro_f1, 4), "f1_positive": round(f1(tp, fp, fn), 4),
+        result = {"accuracy": round(final["accuracy"], 4), "f1": round(final["f1"], 4),
+                  "f1_positive": round(final["f1_positive"], 4),
                   "wall_seconds": round(time.time() - T_PROCESS_START, 2),
                   "train_seconds": round(train_seconds, 2), "steps": step, "steps_this_run": trained,
                   "world_size": world, "global_batch": args.global_batch, "resumed_from_step": start_step,

@@ -2,6 +2,10 @@
 package root
 
 import (
+	"fmt"
+	"os"
+
+	consul "github.com/hashicorp/consul/api"
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/command/gpus"
@@ -11,6 +15,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/status"
 	"github.com/gpujob/gpujob/cli/command/stop"
 	"github.com/gpujob/gpujob/cli/command/submit"
+	"github.com/gpujob/gpujob/cli/command/sweep"
 	"github.com/gpujob/gpujob/cli/command/validate"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -62,9 +67,34 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 			return c, err
 		}
 	}
+	if f.Consul == nil {
+		var cached *consul.Client
+		f.Consul = func() (*consul.Client, error) {
+			if cached != nil {
+				return cached, nil
+			}
+			c, err := consul.NewClient(consul.DefaultConfig())
+			if err != nil {
+				return nil, fmt.Errorf("consul client (CONSUL_HTTP_ADDR): %w", err)
+			}
+			cached = c
+			return c, nil
+		}
+	}
+	if f.Namespace == nil {
+		f.Namespace = func() string {
+			switch {
+			case o.Namespace != "":
+				return o.Namespace
+			case os.Getenv("NOMAD_NAMESPACE") != "":
+				return os.Getenv("NOMAD_NAMESPACE")
+			}
+			return "default"
+		}
+	}
 	for _, sub := range []func(*factory.Factory) *cobra.Command{
 		submit.NewCmd, render.NewCmd, validate.NewCmd, status.NewCmd, logs.NewCmd,
-		stop.NewCmd, list.NewCmd, gpus.NewCmd,
+		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd,
 	} {
 		c := sub(f)
 		explainDenied(c)

@@ -97,7 +97,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if err != nil {
 		return err
 	}
-	nodes, err := clusterGPUs(nomad)
+	nodes, err := ClusterGPUs(nomad)
 	if err != nil {
 		return err
 	}
@@ -196,9 +196,9 @@ func deref(s *string) string {
 	return *s
 }
 
-// clusterGPUs reads every ready node's GPUs and who holds them, and what
+// ClusterGPUs reads every ready node's GPUs and who holds them, and what
 // the node could give gpujob work when empty.
-func clusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
+func ClusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 	stubs, _, err := nomad.Nodes(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,256 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/internal/sweep/controller"
+	"github.com/gpujob/gpujob/internal/sweep/search"
+)
+
+// EnvControllerBinary names the gpujob binary the controller job runs on
+// the clients, when --controller-binary does not.
+const EnvControllerBinary = "GPUJOB_CONTROLLER_BINARY"
+
+type submitOptions struct {
+	vars, varFiles []string
+	checkpointRoot string
+	binary         string
+	detach         bool
+	json           bool
+}
+
+func newSubmitCmd(f *factory.Factory) *cobra.Command {
+	o := &submitOptions{}
+	cmd := &cobra.Command{
+		Use:   "submit SPEC",
+		Short: "Submit a sweep spec: register its controller and watch the trials",
+		Long: `Submit checks the sweep spec, records it in Consul, and registers the
+sweep's controller job (<sweep>-controller), which runs the trials as jobs
+<sweep>-trial-001, -002, … Then it shows a live progress line (trials running,
+done, stopped early, failed, and the best so far) until the sweep ends; the
+exit code is 0 when it completed, 1 when it failed or was stopped.
+
+Ctrl-C or --detach leave the sweep running: it needs no CLI.
+
+The controller runs on each client as the gpujob binary at
+--controller-binary (default $` + EnvControllerBinary + `, else this binary's
+own path), through raw_exec as the user nobody.`,
+		Example: `  gpujob sweep submit jobspecs/examples/sweep-toy.hcl
+  gpujob sweep submit --detach -var workload=$PWD/jobspecs/workloads/sweep_toy.py sweep.hcl`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSubmit(cmd.Context(), f, o, args[0])
+		},
+	}
+	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
+	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
+	cmd.Flags().StringVar(&o.binary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
+	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the controller is registered")
+	cmd.Flags().BoolVar(&o.json, "json", false, "with --detach: print the submission as JSON")
+	return cmd
+}
+
+func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path string) error {
+	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+	if err != nil {
+		return err
+	}
+	sw, files, diags := spec.LoadSweep(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	if diags.HasErrors() {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
+		return fmt.Errorf("%s: the spec has errors; nothing was submitted", path)
+	}
+	source, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if os.Getenv("NOMAD_TOKEN") != "" || os.Getenv("CONSUL_HTTP_TOKEN") != "" {
+		return errors.New("sweeps do not run on clusters with ACLs yet: the controller would need tokens of its own, " +
+			"which gpujob does not issue yet (unset NOMAD_TOKEN and CONSUL_HTTP_TOKEN on a cluster without ACLs)")
+	}
+	binary, err := controllerBinary(o.binary)
+	if err != nil {
+		return err
+	}
+	e, err := newEnv(f, true)
+	if err != nil {
+		return err
+	}
+	if sw.Template.Namespace != "" && sw.Template.Namespace != e.ns {
+		return fmt.Errorf("%s: the train block's namespace %q differs from the namespace the CLI uses (%s): set --namespace %s",
+			path, sw.Template.Namespace, e.ns, sw.Template.Namespace)
+	}
+
+	// The template, parsed by the agent, and one concrete trial validated
+	// by it, so that a bad spec fails here and not in every trial.
+	tmplHCL, err := sweepjob.TemplateHCL(sw, ro)
+	if err != nil {
+		return err
+	}
+	tmpl, err := e.nomad.ParseHCL(string(tmplHCL), "")
+	if err != nil {
+		return fmt.Errorf("parsing the trial template: %w", err)
+	}
+	first, err := firstAssignment(sw)
+	if err != nil {
+		return err
+	}
+	if _, err := sw.Train(first); err != nil {
+		return err
+	}
+	trial := controller.Trial{ID: controller.TrialID(0), JobID: controller.TrialJobID(sw.Name, 0), Params: first}
+	job, err := sweepjob.TrialJob(tmpl, trial, strconv.FormatInt(f.Now().Unix(), 10))
+	if err != nil {
+		return err
+	}
+	if err := validate(e.nomad, job, "trial "+trial.ID); err != nil {
+		return err
+	}
+	ctlHCL, err := render.ControllerJobspec(controllerSpec(sw, e, binary))
+	if err != nil {
+		return err
+	}
+	ctl, err := e.nomad.ParseHCL(string(ctlHCL), "")
+	if err != nil {
+		return fmt.Errorf("parsing the controller job: %w", err)
+	}
+	if err := validate(e.nomad, ctl, "the controller job"); err != nil {
+		return err
+	}
+
+	// One sweep of a name at a time: an old one must be purged first.
+	if _, old, index, err := e.load(ctx, sw.Name); err == nil || index != 0 {
+		status := "recorded"
+		if old != nil && old.Status != "" {
+			status = string(old.Status)
+		}
+		return fmt.Errorf("sweep %s already exists (%s): gpujob sweep status %s, or remove it with gpujob sweep stop --purge %s",
+			sw.Name, status, sw.Name, sw.Name)
+	}
+	rec := sweepjob.NewRecord(sw, e.ns, tmpl, path, string(source), f.Now())
+	if err := sweepjob.SaveRecord(ctx, e.consul, e.prefix, rec); err != nil {
+		return err
+	}
+	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
+		Created: f.Now(), Updated: f.Now()}
+	ok, err := controller.SaveState(ctx, e.consul, e.prefix, st, 0)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("sweep %s was submitted by someone else at the same time", sw.Name)
+	}
+	if err := registerController(e, ctl); err != nil {
+		return err
+	}
+	out := f.IO.Out
+	if o.detach {
+		if o.json {
+			return gpujobs.PrintJSON(out, map[string]any{"sweep": sw.Name, "namespace": e.ns, "controller_job": *ctl.ID,
+				"max_trials": sw.MaxTrials, "parallel": sw.Parallel})
+		}
+		fmt.Fprintf(out, "submitted sweep %s: up to %d trials, %d at a time; controller job %s\n", sw.Name, sw.MaxTrials, sw.Parallel, *ctl.ID)
+		fmt.Fprintf(out, "follow it: gpujob sweep status %s\n", sw.Name)
+		return nil
+	}
+	fmt.Fprintf(out, "submitted sweep %s: up to %d trials, %d at a time; controller job %s\n", sw.Name, sw.MaxTrials, sw.Parallel, *ctl.ID)
+	return watch(ctx, e, sw.Name)
+}
+
+// firstAssignment is a point of the space to validate a trial with: what
+// the sweep's own first trial will be when nothing ran yet.
+func firstAssignment(sw *spec.Sweep) (search.Assignment, error) {
+	rec := &sweepjob.Record{Version: sweepjob.RecordVersion, Sweep: sw.Name, Params: sw.Params, Metric: sw.Objective.Metric,
+		Mode: sw.Objective.Mode, Algorithm: sw.Search.Algorithm, Seed: sw.Search.Seed, MaxTrials: sw.MaxTrials,
+		Parallel: sw.Parallel, MaxFailedTrials: sw.MaxFailedTrials}
+	p, err := rec.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return p.Sampler.Next(nil)
+}
+
+func validate(nomad nomadapi.API, job *api.Job, what string) error {
+	v, err := nomad.Validate(job)
+	if err != nil {
+		return fmt.Errorf("validating %s: %w", what, err)
+	}
+	if v.Error != "" || len(v.ValidationErrors) > 0 {
+		return fmt.Errorf("Nomad refuses %s: %s", what, v.Error)
+	}
+	return nil
+}
+
+// registerController registers the controller job, replacing a finished
+// one of the same ID (Nomad would not run an unchanged dead batch job).
+func registerController(e *env, job *api.Job) error {
+	if old, err := e.nomad.Job(*job.ID); err == nil {
+		if old.Status != nil && *old.Status != "dead" {
+			return fmt.Errorf("the controller job %s is already %s", *job.ID, *old.Status)
+		}
+		if _, err := e.nomad.Deregister(*job.ID, true); err != nil {
+			return err
+		}
+	} else if !gpujobs.IsNotFound(err) {
+		return err
+	}
+	_, err := e.nomad.Register(job)
+	return err
+}
+
+func controllerBinary(flag string) (string, error) {
+	b, from := flag, "--controller-binary"
+	if b == "" {
+		b, from = os.Getenv(EnvControllerBinary), EnvControllerBinary
+	}
+	if b == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding this gpujob binary for the controller (set --controller-binary): %w", err)
+		}
+		if exe, err = filepath.EvalSymlinks(exe); err != nil {
+			return "", err
+		}
+		return exe, nil
+	}
+	if !filepath.IsAbs(b) {
+		return "", fmt.Errorf("%s: %q is not an absolute path", from, b)
+	}
+	return b, nil
+}
+
+// controllerSpec is the controller job of sw: how it reaches Nomad and
+// Consul is how this CLI does (addresses and TLS files, no token).
+func controllerSpec(sw *spec.Sweep, e *env, binary string) render.Controller {
+	c := controllerEnv(e)
+	c.JobID, c.Sweep, c.Namespace, c.Binary = controller.ControllerJobID(sw.Name), sw.Name, e.ns, binary
+	c.Datacenters, c.NodePool = sw.Template.Datacenters, sw.Template.NodePool
+	return c
+}
+
+// controllerEnv is how the controller reaches Nomad and Consul: as this
+// CLI does (addresses and TLS files; never a token).
+func controllerEnv(e *env) render.Controller {
+	envv := map[string]string{"NOMAD_ADDR": e.nomad.Address(), "CONSUL_HTTP_ADDR": consulAddr()}
+	for _, k := range []string{"CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME",
+		"NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "NOMAD_TLS_SERVER_NAME", "NOMAD_REGION", EnvKeyPrefix} {
+		if v := os.Getenv(k); v != "" {
+			envv[k] = v
+		}
+	}
+	return render.Controller{Env: envv}
+}

@@ -1,0 +1,413 @@
+// Package report is a sweep trial's side of the sweep's records in Consul
+// KV (package sweepkv): the Reporter forwards rank 0's metric and result
+// lines to the trial's metrics record, and WatchStop tells when the sweep
+// asks the trial to stop. The trial's supervisor runs both; nothing outside
+// the task parses its logs. It imports nothing of Nomad.
+//
+// Training never waits for Consul here: a line is parsed and kept in memory
+// as it is written, the record is written from a goroutine of its own at
+// most about once a second (at once for the result), and every Consul
+// error is retried with backoff and logged, throttled, never returned to
+// the rank.
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSessionTTL: a supervisor that died stops showing as live
+	// within 2×TTL (Consul's grace), or at once when its node fails.
+	DefaultSessionTTL = 15 * time.Second
+	// DefaultInterval is the least time between two writes of the record:
+	// a workload may print a metric line every step, and Consul's Raft log
+	// should not see every one.
+	DefaultInterval = time.Second
+	// holderWait bounds one blocking query on a record another session
+	// holds, so a reporter that waits for it also sees Consul go away.
+	holderWait = 5 * time.Minute
+)
+
+// Config says where a Reporter writes.
+type Config struct {
+	Client *api.Client
+	// Key is the trial's sweepkv.MetricsKey.
+	Key string
+	// SessionName names the Consul session (for operators).
+	SessionName string
+	SessionTTL  time.Duration // DefaultSessionTTL when 0
+	Interval    time.Duration // DefaultInterval when 0
+	// Logf hears of Consul errors (throttled: one line per run of them,
+	// then one every 30 s) and of a record taken over from an earlier
+	// supervisor. Optional.
+	Logf func(format string, args ...any)
+}
+
+// errHeld says the record is held by another session: an earlier
+// supervisor of the trial whose session has not ended yet.
+var errHeld = errors.New("the metrics record is held by another supervisor's session")
+
+// Reporter keeps a trial's metrics record: the points of rank 0's lines in
+// memory, written to Config.Key with a KV acquire under a Consul session of
+// its own (see session).
+//
+// The record outlives a supervisor: a group restart keeps the same
+// Reporter, and a new allocation of the trial resumes the record the last
+// one left (merge), so a trial that resumes from its checkpoint continues
+// its curve, with the steps it reports again replacing the old ones.
+type Reporter struct {
+	cfg  Config
+	errs *errorLog
+
+	mu      sync.Mutex
+	own     sweepkv.Metrics // this reporter's points; after takeOver, the whole record
+	urgent  bool            // a result came: write without waiting for the interval
+	closing bool
+
+	kick   chan struct{} // cap 1: there is something to write
+	hurry  chan struct{} // cap 1: write now (a result)
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the loop has returned
+
+	// The loop's (and, once it has returned, Close's) alone.
+	sess  *session
+	held  bool             // the record was taken over: own is all of it
+	tried *sweepkv.Metrics // the base of a takeover whose answer was lost
+	// waitedOn is the holder the last log line named, so that waiting
+	// for an earlier supervisor is said once per holder.
+	waitedOn string
+}
+
+// Start returns a Reporter that takes the record at once: it creates its
+// session and acquires the key (resuming what is there) in the
+// background, so that the record shows a live supervisor before rank 0
+// prints anything. Close it on every way out.
+func Start(cfg Config) (*Reporter, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("report: no consul client")
+	case cfg.Key == "" || cfg.Key[0] == '/':
+		return nil, fmt.Errorf("report: metrics key %q must be a relative consul key", cfg.Key)
+	case cfg.SessionTTL != 0 && cfg.SessionTTL < time.Second:
+		return nil, fmt.Errorf("report: session TTL %s: must be at least 1s", cfg.SessionTTL)
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.SessionName == "" {
+		cfg.SessionName = "gpujob sweep trial " + cfg.Key
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Reporter{
+		cfg:    cfg,
+		errs:   newErrorLog(cfg.Logf, "writing sweep metrics to "+cfg.Key),
+		kick:   make(chan struct{}, 1),
+		hurry:  make(chan struct{}, 1),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	r.signal(r.kick)
+	go r.loop(ctx)
+	return r, nil
+}
+
+// Line reads one line of rank 0's output; a metric or result line becomes
+// a point, any other line is ignored.
+func (r *Reporter) Line(line string) {
+	if p, ok := parseLine(line); ok {
+		r.Add(p)
+	}
+}
+
+// Writer returns a writer for one start of rank 0's output (see
+// LineWriter).
+func (r *Reporter) Writer() *LineWriter { return NewLineWriter(r.Line) }
+
+// Add records a point; a Final one is written at once.
+func (r *Reporter) Add(p sweepkv.Point) {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return
+	}
+	add(&r.own, p)
+	if p.Final {
+		r.urgent = true
+	}
+	r.mu.Unlock()
+	r.signal(r.kick)
+	if p.Final {
+		r.signal(r.hurry)
+	}
+}
+
+// Metrics is a copy of what the reporter knows: the whole record once it
+// has taken the record over, else only its own points.
+func (r *Reporter) Metrics() sweepkv.Metrics {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return clone(r.own)
+}
+
+func (r *Reporter) signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// loop writes the record whenever it changed, at most once per Interval
+// unless a result hurries it, retrying failures with backoff.
+func (r *Reporter) loop(ctx context.Context) {
+	defer close(r.done)
+	bo := newBackoff(backoffCap)
+	var next time.Time // the earliest moment for the next write
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		}
+		if wait := time.Until(next); wait > 0 && !r.isUrgent() {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-r.hurry:
+				t.Stop()
+			case <-t.C:
+			}
+		}
+		// A hurry this write serves must not cut a later wait short.
+		select {
+		case <-r.hurry:
+		default:
+		}
+		err := r.flush(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errHeld):
+			// flush has waited for the holder to change: look again.
+			r.signal(r.kick)
+		case err != nil:
+			r.errs.failed(err)
+			r.signal(r.kick)
+			if !sleepCtx(ctx, bo.next()) {
+				return
+			}
+		default:
+			r.errs.ok()
+			bo.reset()
+			next = time.Now().Add(r.cfg.Interval)
+		}
+	}
+}
+
+func (r *Reporter) isUrgent() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.urgent
+}
+
+// flush makes one attempt at writing the record under the session.
+func (r *Reporter) flush(ctx context.Context) error {
+	if err := r.ensureSession(ctx); err != nil {
+		return err
+	}
+	if !r.held {
+		return r.takeOver(ctx)
+	}
+	r.mu.Lock()
+	rec := clone(r.own)
+	r.urgent = false
+	r.mu.Unlock()
+	rec.Updated = time.Now().UTC()
+	value, err := encode(rec)
+	if err != nil {
+		return err
+	}
+	ok, _, err := r.cfg.Client.KV().Acquire(&api.KVPair{Key: r.cfg.Key, Value: value, Session: r.sess.id},
+		(&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		r.sess.checkNow()
+		return fmt.Errorf("writing %s: %w", r.cfg.Key, err)
+	}
+	if !ok {
+		// Another session took the record while ours was gone: only a
+		// second supervisor of the same trial would. Ours is written
+		// again once that one's session ends.
+		r.sess.checkNow()
+		return fmt.Errorf("writing %s: %w", r.cfg.Key, errHeld)
+	}
+	return nil
+}
+
+// ensureSession makes a session when there is none or Consul said it is
+// gone (the record it held has been released; the next write takes it
+// again).
+func (r *Reporter) ensureSession(ctx context.Context) error {
+	if r.sess != nil && !r.sess.isLost() {
+		return nil
+	}
+	if r.sess != nil {
+		r.sess.stopRenewing()
+		r.sess = nil
+	}
+	s, err := createSession(ctx, r.cfg.Client, r.cfg.SessionName, r.cfg.SessionTTL, r.cfg.Logf, func() { r.signal(r.kick) })
+	if err != nil {
+		return err
+	}
+	r.sess = s
+	return nil
+}
+
+// takeOver is the first write: it reads what an earlier supervisor of the
+// trial left, and writes that followed by this reporter's points in one
+// transaction that takes the lock only if the record is still what it
+// read. A record another live session holds is waited for (a blocking
+// query) until that session ends.
+func (r *Reporter) takeOver(ctx context.Context) error {
+	kv := r.cfg.Client.KV()
+	pair, meta, err := kv.Get(r.cfg.Key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", r.cfg.Key, err)
+	}
+	if pair != nil && pair.Session != "" && pair.Session != r.sess.id {
+		if r.waitedOn != pair.Session && r.cfg.Logf != nil {
+			r.cfg.Logf("the sweep metrics record %s is held by session %s (an earlier supervisor of this trial); "+
+				"resuming it once that session ends", r.cfg.Key, pair.Session)
+		}
+		r.waitedOn = pair.Session
+		q := &api.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: holderWait}
+		if _, _, err := kv.Get(r.cfg.Key, q.WithContext(ctx)); err != nil {
+			return fmt.Errorf("waiting for %s: %w", r.cfg.Key, err)
+		}
+		return errHeld
+	}
+	var base sweepkv.Metrics
+	switch {
+	case pair == nil:
+	case pair.Session == r.sess.id && r.tried != nil:
+		// Our own takeover landed although its answer was lost: its
+		// base is the record before it.
+		base = *r.tried
+	default:
+		if base, err = decode(pair.Value); err != nil && r.cfg.Logf != nil {
+			r.cfg.Logf("the sweep metrics record %s cannot be resumed (%v); starting it over", r.cfg.Key, err)
+		}
+	}
+	r.mu.Lock()
+	rec := merge(base, r.own)
+	r.urgent = false
+	r.mu.Unlock()
+	rec.Updated = time.Now().UTC()
+	value, err := encode(rec)
+	if err != nil {
+		return err
+	}
+	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: r.cfg.Key}
+	if pair != nil {
+		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: r.cfg.Key, Index: pair.ModifyIndex}
+	}
+	r.tried = &base
+	ok, resp, _, err := r.cfg.Client.Txn().Txn(api.TxnOps{
+		{KV: guard},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: r.cfg.Key, Value: value, Session: r.sess.id}},
+	}, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		r.sess.checkNow()
+		return fmt.Errorf("taking over %s: %w", r.cfg.Key, err)
+	}
+	if !ok {
+		// The record changed since it was read (or the session is gone):
+		// read it again.
+		r.sess.checkNow()
+		return fmt.Errorf("taking over %s: %s", r.cfg.Key, txnErrors(resp))
+	}
+	r.mu.Lock()
+	r.own = merge(base, r.own)
+	r.mu.Unlock()
+	r.held, r.tried = true, nil
+	if r.waitedOn != "" && r.cfg.Logf != nil {
+		r.cfg.Logf("resumed the sweep metrics record %s (%d points)", r.cfg.Key, len(rec.Points))
+	}
+	return nil
+}
+
+func txnErrors(resp *api.TxnResponse) string {
+	if resp == nil || len(resp.Errors) == 0 {
+		return "the transaction was rolled back"
+	}
+	msg := ""
+	for i, e := range resp.Errors {
+		if i > 0 {
+			msg += "; "
+		}
+		msg += e.What
+	}
+	return msg
+}
+
+// Close writes the record one last time and destroys the session, which
+// leaves the record with its Session cleared: the trial no longer has a
+// live supervisor. It retries Consul errors until ctx ends; if it gives up,
+// Consul still ends the session when its TTL runs out. Points added after
+// Close are dropped. A second Close does nothing.
+func (r *Reporter) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closing = true
+	r.mu.Unlock()
+	r.cancel()
+	<-r.done
+
+	bo := newBackoff(backoffCap)
+	var flushErr error
+	for {
+		flushErr = r.flush(ctx)
+		if flushErr == nil || ctx.Err() != nil {
+			break
+		}
+		if !errors.Is(flushErr, errHeld) && !sleepCtx(ctx, bo.next()) {
+			break
+		}
+	}
+	if flushErr != nil {
+		flushErr = fmt.Errorf("the last write of the sweep metrics: %w", flushErr)
+	}
+	if r.sess == nil {
+		return flushErr
+	}
+	// Destroyed even when the write failed: a session left to its TTL
+	// shows a live supervisor for up to 2×TTL after this one has gone.
+	// With ctx over, one short attempt of its own.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if ctx.Err() != nil {
+		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	}
+	defer cancel()
+	var destroyErr error
+	for {
+		if destroyErr = r.sess.destroy(dctx); destroyErr == nil || !sleepCtx(dctx, bo.next()) {
+			break
+		}
+	}
+	return errors.Join(flushErr, destroyErr)
+}
