@@ -71,6 +71,13 @@ func (s *sharedCluster) get(t *testing.T) *cluster {
 var consulHA = &sharedCluster{what: "the 3-server-Consul cluster",
 	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3}}
 
+// pair is the cluster of the tests that lose a machine: two clients of two
+// GPUs each. Each test brings its lost client back (loseMachineFor).
+var pair = &sharedCluster{what: "the two-client cluster", opts: clusterOptions{clients: 2, gpus: 2, offset: 12000}}
+
+// pairCluster returns the shared two-client cluster.
+func pairCluster(t *testing.T) *cluster { return pair.get(t) }
+
 // haCluster returns the shared 3-server-Consul cluster.
 func haCluster(t *testing.T) *cluster { return consulHA.get(t) }
 
@@ -83,7 +90,7 @@ func TestMain(m *testing.M) {
 	}
 	dev = startCluster()
 	code := m.Run()
-	for _, c := range []*cluster{dev, consulHA.c, secure.c, docker.c} {
+	for _, c := range []*cluster{dev, consulHA.c, secure.c, docker.c, pair.c} {
 		if c == nil {
 			continue
 		}

@@ -534,16 +534,7 @@ const consulOutage = 60 * time.Second
 var consulOutageArgs = []string{"--steps", "240", "--sleep-per-step", "0.4"}
 
 func TestFaultNodeLost(t *testing.T) {
-	needCluster(t)
-	c := startClusterWith(2, 2, 12000)
-	t.Cleanup(func() {
-		if err := c.stop(); err != nil {
-			t.Errorf("stopping the two-client cluster: %v", err)
-		}
-	})
-	if c.failed != "" {
-		t.Fatalf("two-client cluster did not start: %s", c.failed)
-	}
+	c := pairCluster(t)
 	var lost time.Time
 	c.trainThroughFault(t, faultRow{
 		job:  "e2e-fault-node-lost",
@@ -559,7 +550,7 @@ func TestFaultNodeLost(t *testing.T) {
 			}
 			victim := f.member(1)
 			lost = time.Now()
-			return f.c.loseMachine(f.c.clientOf(t, victim.NodeName))
+			return f.c.loseMachineFor(t, f.c.clientOf(t, victim.NodeName))
 		},
 		// The survivor hears of the loss from its own rank (a collective
 		// with the dead peer breaks) or from the rendezvous (the dead

@@ -20,6 +20,17 @@ func (c *cluster) clientOf(t *testing.T, node string) int {
 	return n
 }
 
+// loseMachineFor is loseMachine for a test on a shared cluster: the client
+// comes back (a new node, its old allocations lost) when t ends.
+func (c *cluster) loseMachineFor(t *testing.T, n int) error {
+	t.Cleanup(func() {
+		if out, err := c.script("dev-client.sh", "start", strconv.Itoa(n)); err != nil {
+			t.Errorf("starting client %d again: %v\n%s", n, err, out)
+		}
+	})
+	return c.loseMachine(n)
+}
+
 // loseMachine kills client n's agent, then every process that works in its
 // data dir (executors, logmons, supervisors, ranks): what a machine's loss
 // looks like from the rest of the cluster.

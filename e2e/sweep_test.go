@@ -367,3 +367,80 @@ func TestSweepControllerKilled(t *testing.T) {
 		}
 	}
 }
+
+// Scenario 4: a trial's node lost: the trial resumes from its own
+// checkpoint elsewhere; the sweep completes.
+func TestSweepNodeLost(t *testing.T) {
+	c := pairCluster(t)
+	const name = "e2e-sweep-node"
+	t.Cleanup(func() { c.purgeSweep(t, name) })
+	spec := c.sweepSpec(t, "sweep-bert.hcl", name)
+	// Two trials of 64 steps of 0.4 s, one per node (2 GPUs each), a
+	// checkpoint and a metric line every 16 steps.
+	out, errOut, code := c.sweepCLI(t, time.Minute, "sweep", "submit", "--detach", "-var", c.workloadVar(),
+		"-var", bertTrialArgs("--sleep-per-step", "0.4"), "-var", "lrs=[0.002]",
+		"-var", "max_trials=2", "-var", "parallel=2", spec)
+	if code != 0 {
+		t.Fatalf("sweep submit exited %d: %s%s", code, out, errOut)
+	}
+	d := c.waitSweep(t, name, 2*time.Minute, "a trial past its first checkpoint", func(d sweepDoc) bool {
+		for _, tr := range d.Trials {
+			if tr.State == "running" && tr.Step >= 16 {
+				return true
+			}
+		}
+		return false
+	})
+	var victim sweepTrialDoc
+	for _, tr := range d.Trials {
+		if tr.State == "running" && tr.Step >= 16 {
+			victim = tr
+			break
+		}
+	}
+	allocs, err := c.allocsOf(victim.Job)
+	if err != nil || len(allocs) != 1 {
+		t.Fatalf("allocations of %s: %v, %v", victim.Job, allocs, err)
+	}
+	node := allocs[0].NodeName
+	lost := time.Now()
+	if err := c.loseMachineFor(t, c.clientOf(t, node)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lost %s, which ran %s at step %d", node, victim.ID, victim.Step)
+
+	d = c.waitSweep(t, name, 4*time.Minute, "the end", func(d sweepDoc) bool { return d.Status != "running" })
+	if d.Status != "completed" || d.Counts["completed"] != 2 || len(d.Trials) != 2 {
+		t.Fatalf("want both trials completed, got %s (%s): %+v", d.Status, d.Reason, d.Trials)
+	}
+	t.Logf("the sweep completed %s after the loss", time.Since(lost).Round(time.Second))
+	allocs, _ = c.allocsOf(victim.Job)
+	var replaced bool
+	for _, a := range allocs {
+		if a.NodeName != node && a.ClientStatus == "complete" {
+			replaced = true
+		}
+	}
+	if !replaced {
+		t.Errorf("%s did not complete on another node: %s", victim.Job, describeAllocs(allocs))
+	}
+	// It resumed from its own checkpoint: its result says so.
+	pair, _, err := c.consulClient(t).KV().Get("gpujob/sweeps/default/"+name+"/trials/"+victim.ID+"/metrics", nil)
+	if err != nil || pair == nil {
+		t.Fatalf("metrics of %s: %v", victim.ID, err)
+	}
+	var m struct {
+		Points []struct {
+			Step   int                `json:"step"`
+			Values map[string]float64 `json:"values"`
+			Final  bool               `json:"final"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(pair.Value, &m); err != nil || len(m.Points) == 0 {
+		t.Fatalf("metrics of %s: %v %s", victim.ID, err, pair.Value)
+	}
+	last := m.Points[len(m.Points)-1]
+	if !last.Final || last.Values["resumed_from_step"] < 16 {
+		t.Errorf("%s's result does not say it resumed from a checkpoint at step >= 16: %+v", victim.ID, last)
+	}
+}

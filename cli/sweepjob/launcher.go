@@ -120,7 +120,7 @@ func phase(s *api.JobListStub) controller.JobObservation {
 	case running > 0:
 		return controller.JobObservation{Phase: controller.JobRunning}
 	}
-	return controller.JobObservation{Phase: controller.JobQueued, Reason: "waiting for Nomad to place it"}
+	return controller.JobObservation{Phase: controller.JobQueued, Reason: "Nomad has not placed it yet"}
 }
 
 // settle looks at the allocations of a job the summary calls failed: a

@@ -97,11 +97,11 @@ func TestRenderPNG(t *testing.T) {
 		wantStopRed   bool
 	}{
 		{"defaults", sweep(5), Options{}, 1200, 700, true, true},
-		{"thirty trials", sweep(30), Options{Width: 900, Height: 500, Metric: "accuracy"}, 900, 500, true, true},
-		{"no best", noBest, Options{Width: 600, Height: 400}, 600, 400, false, true},
-		{"no stopped", completedOnly, Options{Width: 600, Height: 400}, 600, 400, true, false},
+		{"thirty trials", sweep(30), Options{Width: 800, Height: 450, Metric: "accuracy"}, 800, 450, true, true},
+		{"no best", noBest, Options{Width: 500, Height: 300}, 500, 300, false, true},
+		{"no stopped", completedOnly, Options{Width: 500, Height: 300}, 500, 300, true, false},
 		{"single point", []Curve{{ID: "t0", Best: true, Points: []Point{{Step: 3, Value: 1}}}}, Options{Width: 400, Height: 300}, 400, 300, true, false},
-		{"only width set", sweep(3), Options{Width: 800}, 800, 700, true, true},
+		{"only height set", sweep(3), Options{Height: 240}, 1200, 240, true, true},
 		{"format case", sweep(3), Options{Width: 500, Height: 300, Format: "PNG"}, 500, 300, true, true},
 	}
 	for _, tc := range tests {
@@ -180,7 +180,8 @@ func TestRenderSVGLegend(t *testing.T) {
 }
 
 func TestRenderPDF(t *testing.T) {
-	out := render(t, sweep(4), Options{Format: "pdf", Width: 600, Height: 400})
+	t.Parallel()
+	out := render(t, sweep(4), Options{Format: "pdf", Width: 400, Height: 300})
 	if !bytes.HasPrefix(out, []byte("%PDF-")) {
 		t.Fatalf("not a PDF: %.20q", out)
 	}
@@ -215,9 +216,10 @@ func TestRenderErrors(t *testing.T) {
 }
 
 func TestRenderDeterministic(t *testing.T) {
+	t.Parallel()
 	for _, format := range []string{"png", "svg"} {
 		t.Run(format, func(t *testing.T) {
-			o := Options{Width: 640, Height: 400, Format: format, Metric: "accuracy"}
+			o := Options{Width: 400, Height: 300, Format: format, Metric: "accuracy"}
 			a, b := render(t, sweep(12), o), render(t, sweep(12), o)
 			if !bytes.Equal(a, b) {
 				t.Fatalf("two renders of the same input differ (%d vs %d bytes)", len(a), len(b))

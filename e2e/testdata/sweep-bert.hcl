@@ -33,7 +33,7 @@ sweep "e2e" {
     workers         = 1
     gpus_per_worker = 1
     command         = "/usr/bin/python3"
-    args            = concat([var.workload, "--lr", param.lr, "--layers", param.layers, "--no-resume"], var.args)
+    args            = concat([var.workload, "--lr", param.lr, "--layers", param.layers], var.args)
     env = {
       OMP_NUM_THREADS = "1"
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Trial overhead: N one-GPU trials of `sleep 1`, P at a time: a gpujob sweep vs the same jobs
-dispatched by hand with `nomad job dispatch`, interleaved, in one invocation.
+"""Trial overhead: N one-GPU trials of `sleep 1`, P at a time, gpujob sweep vs `nomad job dispatch` by hand.
+
+The two arms run interleaved in one invocation.
 
 Both arms run the same task: the gpujob driver, one worker with one GPU (nvidia/gpu, count 1),
 the rank `/bin/sh -c 'sleep 1; echo "gpujob-result: {\"loss\": $X, \"steps\": 1}"'`.
@@ -31,12 +32,16 @@ separately and P = parallel:
               that a task was running (it counts the gpujob supervisor's own start and exit
               inside each task as busy, in both arms alike).
   makespan    f_N - s_1.
+  to job      the part of the slot gap before Nomad has the next job: the median over k of
+              r_(P+k) - f_k, with r_1 <= ... <= r_N the jobs' SubmitTime (registration or
+              dispatch); the rest of the gap is Nomad placing and starting the allocation.
   to first    from just before the arm's first command to s_1 (controller start for the sweep,
               job registration + first dispatch for the loop).
   task time   the median of f - s over the N tasks.
 
-Between runs everything is purged (`gpujob sweep stop --purge`; the dispatched children, then the
-parent, with `nomad job stop -purge`), and a run starts only once no process of the last is left.
+Each arm's run ends with everything it made purged (`gpujob sweep stop --purge`; the parent, then
+its dispatched children, as `nomad job stop -purge` does), and the next starts only once none of
+its jobs and no process of it (BENCH_TRIAL) is left.
 Run i measures both arms in an order rotated by i (sweep first on even i). Prints each figure's
 median (min-max) over the runs per arm, and one JSON line with every raw figure.
 
@@ -49,10 +54,12 @@ import json
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -145,8 +152,9 @@ def rfc3339(ts):
 
 
 def task_spans(nomad, prefix, n, timeout=30):
-    """[(StartedAt, FinishedAt)] of the task of each of the n jobs whose ID starts with
-    prefix, from Nomad's allocations; waits up to timeout for every task to be dead."""
+    """[(SubmitTime, StartedAt, FinishedAt)] of each of the n jobs whose ID starts with
+    prefix (its task's, from Nomad's allocations); waits up to timeout for every task to be
+    dead."""
     deadline = time.monotonic() + timeout
     while True:
         allocs = [a for a in nomad.get("/v1/allocations?task_states=true")
@@ -166,21 +174,27 @@ def task_spans(nomad, prefix, n, timeout=30):
            if cs != "complete" or st.get("State") != "dead" or st.get("Failed")]
     if more or bad:
         raise RuntimeError(f"jobs with more than one allocation: {more}; tasks not completed: {bad[:5]}")
-    return [(rfc3339(st["StartedAt"]), rfc3339(st["FinishedAt"])) for _, _, st in states]
+    submitted = {j["ID"]: j["SubmitTime"] / 1e9 for j in
+                 nomad.get(f"/v1/jobs?prefix={urllib.parse.quote(prefix, safe='')}")}
+    return [(submitted[j], rfc3339(st["StartedAt"]), rfc3339(st["FinishedAt"])) for j, _, st in states]
 
 
-def figures(spans, parallel, t0):
-    """The run's figures (see the module's docstring) from its tasks' (start, finish)."""
+def figures(tasks, parallel, t0):
+    """The run's figures (see the module's docstring) from its jobs' (registered, start, finish)."""
+    spans = [(s, f) for _, s, f in tasks]
+    registered = sorted(r for r, _, _ in tasks)
     starts = sorted(s for s, _ in spans)
     finishes = sorted(f for _, f in spans)
     gaps = [starts[parallel + k] - finishes[k] for k in range(len(spans) - parallel)]
+    to_job = [registered[parallel + k] - finishes[k] for k in range(len(spans) - parallel)]
     makespan = finishes[-1] - starts[0]
-    return {"slot_gap": statistics.median(gaps) if gaps else None,
+    return {"slot_gap": statistics.median(gaps),
+            "to_job": statistics.median(to_job),
             "busy": sum(f - s for s, f in spans) / (parallel * makespan),
             "makespan": makespan,
             "to_first": starts[0] - t0,
             "task_time": statistics.median(f - s for s, f in spans),
-            "gaps": [round(g, 4) for g in gaps]}
+            "gaps": [round(g, 4) for g in gaps], "to_jobs": [round(g, 4) for g in to_job]}
 
 
 class Bench:
@@ -203,54 +217,71 @@ class Bench:
         """Runs argv with the trial's tags, its output into scratch/logname; raises on failure."""
         path = os.path.join(self.scratch, logname)
         with open(path, "w") as out:
+            # A process group of its own: on a timeout the loop's nomad and curl die with it,
+            # so no dispatch lands after the purge.
+            p = subprocess.Popen(argv, env=dict(os.environ, **self.env(trial)), stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             try:
-                p = subprocess.run(argv, env=dict(os.environ, **self.env(trial)), stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
-                rc = p.returncode
-            except subprocess.TimeoutExpired:
-                rc = f"timeout ({timeout} s)"
+                rc = p.wait(timeout=timeout)
+            except BaseException as e:
+                rc = f"timeout ({timeout} s)" if isinstance(e, subprocess.TimeoutExpired) else None
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                if rc is None:
+                    raise
         if rc != 0:
             with open(path) as f:
                 tail = f.read()[-2000:]
             raise RuntimeError(f"{shlex.join(argv)}: {rc}:\n{tail}")
 
     def delete(self, job):
+        """`nomad job stop -purge job`; a job already gone is success."""
         q = urllib.parse.quote(job, safe="")
         req = urllib.request.Request(f"{self.nomad.addr}/v1/job/{q}?purge=true", method="DELETE")
-        with urllib.request.urlopen(req, timeout=60):
-            pass
+        try:
+            with urllib.request.urlopen(req, timeout=60):
+                pass
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
 
     def jobs(self, prefix):
         q = urllib.parse.quote(prefix, safe="")
         return [j["ID"] for j in self.nomad.get(f"/v1/jobs?prefix={q}")]
 
     def purge_sweep(self, name):
-        p = subprocess.run([GPUJOB, "sweep", "stop", "--purge", name], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=180)
-        if p.returncode != 0:
-            bl.log(f"gpujob sweep stop --purge {name}: {p.stdout.strip()}")
-        self.await_no_jobs(name)
+        try:
+            p = subprocess.run([GPUJOB, "sweep", "stop", "--purge", name], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=180)
+            if p.returncode != 0:
+                bl.log(f"gpujob sweep stop --purge {name}: {p.stdout.strip()}")
+        except subprocess.TimeoutExpired:
+            bl.log(f"gpujob sweep stop --purge {name}: no answer in 180 s")
+        self.await_no_jobs(name + "-")  # its controller and trials
 
     def purge_dispatch(self, parent):
-        for job in self.jobs(parent + "/"):
-            self.delete(job)
-        if self.jobs(parent):
+        # The parent first: no dispatch can add a child after that.
+        if parent in self.jobs(parent):
             self.delete(parent)
-        self.await_no_jobs(parent)
+        self.await_no_jobs(parent + "/", purge=True)
 
-    def await_no_jobs(self, prefix, timeout=60):
+    def await_no_jobs(self, prefix, purge=False, timeout=60):
+        """Waits until no job's ID starts with prefix; with purge, purges the ones there."""
         deadline = time.monotonic() + timeout
-        while self.jobs(prefix):
+        while left := self.jobs(prefix):
             if time.monotonic() > deadline:
-                bl.log(f"jobs {prefix}* still there {timeout} s after the purge: {self.jobs(prefix)}")
+                bl.log(f"jobs {prefix}* still there {timeout} s after the purge: {left}")
                 return
+            if purge:
+                for job in left:
+                    self.delete(job)
             time.sleep(0.2)
 
     def record(self, arm, label, fig):
         self.details[arm].append(fig)
         if fig is not None:
-            bl.log(f"{label}: slot gap {fig['slot_gap']:.3f} s, GPU-busy {fig['busy']:.3f}, "
-                   f"makespan {fig['makespan']:.2f} s, to first {fig['to_first']:.2f} s, "
+            bl.log(f"{label}: slot gap {fig['slot_gap']:.3f} s (to job {fig['to_job']:.3f} s), "
+                   f"GPU-busy {fig['busy']:.3f}, makespan {fig['makespan']:.2f} s, to first {fig['to_first']:.2f} s, "
                    f"task {fig['task_time']:.2f} s")
         return fig["slot_gap"] if fig else None
 
@@ -261,8 +292,8 @@ class Bench:
         t0 = time.time()
         self.sh([GPUJOB, "sweep", "submit", "--controller-binary", self.controller, path], trial,
                 name + ".log", self.a.timeout)
-        spans = task_spans(self.nomad, name + "-trial-", self.a.trials)
-        return figures(spans, self.a.parallel, t0)
+        tasks = task_spans(self.nomad, name + "-trial-", self.a.trials)
+        return figures(tasks, self.a.parallel, t0)
 
     def dispatch(self, i, trial, cleanup):
         parent = f"{self.tag}-dispatch-{i}"
@@ -273,8 +304,8 @@ class Bench:
         t0 = time.time()
         self.nomad.run(hcl)
         self.sh([LOOP, parent, str(self.a.trials), str(self.a.parallel)], trial, parent + ".log", self.a.timeout)
-        spans = task_spans(self.nomad, parent + "/dispatch-", self.a.trials)
-        return figures(spans, self.a.parallel, t0)
+        tasks = task_spans(self.nomad, parent + "/dispatch-", self.a.trials)
+        return figures(tasks, self.a.parallel, t0)
 
     def one(self, arm, i):
         trial = f"{self.tag}-{arm}-{i}"
@@ -310,6 +341,11 @@ def main():
     if not os.access(GPUJOB, os.X_OK):
         ap.error(f"no {GPUJOB}: run make build first")
     bl.exit_on_signals()
+    gpus = sum(len(d.get("Instances") or []) for n in bl.Nomad().get("/v1/nodes?resources=true")
+               if n["Status"] == "ready" for d in (n.get("NodeResources") or {}).get("Devices") or []
+               if d.get("Vendor") == "nvidia" and d.get("Type") == "gpu")
+    if gpus < a.parallel:
+        ap.error(f"the cluster's ready nodes have {gpus} GPU(s): --parallel {a.parallel} needs as many")
     tag = bl.new_tag("bench-so")
     others = [x["JobID"] for x in bl.Nomad().get("/v1/allocations")
             if x["ClientStatus"] in ("pending", "running")]
@@ -323,6 +359,7 @@ def main():
                 b.one(arm, i)
 
     rows = [("slot gap: trial exit -> next trial running (median of a run's gaps)", "slot_gap", "s", 2),
+            ("of it: trial exit -> next job registered (median)", "to_job", "s", 2),
             ("GPU-busy fraction: task time / (parallel x makespan)", "busy", "", 2),
             ("makespan: first start -> last finish", "makespan", "s", 1),
             ("first command -> first task running", "to_first", "s", 2),

@@ -122,7 +122,7 @@ func newStatus(rec *sweepjob.Record, st *controller.State) *Status {
 	for _, t := range st.Trials {
 		s.Counts[string(t.State)]++
 		s.Trials = append(s.Trials, Trial{ID: t.ID, Job: t.JobID, State: string(t.State), Params: t.Params, Step: t.Step,
-			Value: t.Value, StoppedBy: t.StoppedBy, Reason: t.Reason})
+			Value: t.Value, StoppedBy: t.StoppedBy, Reason: t.Reason, Waiting: t.Waiting})
 	}
 	if b := st.Best(rec.Maximize()); b != nil {
 		for i := range s.Trials {
@@ -179,7 +179,7 @@ func (e *env) explainWaiting(rec *sweepjob.Record, s *Status) error {
 		if why := explain.Placement(ask, plan.FailedTGAllocs[render.Group], nodes); why != "" {
 			t.Waiting = why
 		} else {
-			t.Waiting = "waiting for Nomad to place it"
+			t.Waiting = "Nomad has not placed it yet"
 		}
 	}
 	return nil

@@ -46,7 +46,7 @@ CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY, like the consul CLI.`,
   gpujob sweep stop --purge toy-lr`,
 	}
 	for _, sub := range []func(*factory.Factory) *cobra.Command{
-		newSubmitCmd, newStatusCmd, newBestCmd, newStopCmd, newExtendCmd, newRenderCmd, newControllerCmd,
+		newSubmitCmd, newStatusCmd, newBestCmd, newReportCmd, newStopCmd, newExtendCmd, newRenderCmd, newControllerCmd,
 	} {
 		cmd.AddCommand(sub(f))
 	}

@@ -3,6 +3,7 @@ package sweep
 import (
 	"context"
 	"encoding/json"
+	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -315,5 +316,46 @@ func TestParseMore(t *testing.T) {
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("parseMore(%q, %d) = %d, %v", tc.in, tc.cur, got, err)
 		}
+	}
+}
+
+func TestReportDrawsTheTrialsCurves(t *testing.T) {
+	c := consulClient(t)
+	f, _ := newFake()
+	seed(t, c, f, "rep", controller.StatusCompleted, controller.TrialCompleted, controller.TrialStopped, controller.TrialCompleted)
+	for i, steps := range []int{4, 2, 4} {
+		m := sweepkv.Metrics{}
+		for s := 1; s <= steps; s++ {
+			m.Points = append(m.Points, sweepkv.Point{Step: 10 * s, Values: map[string]float64{"score": float64(i*s) / 10, "loss": 1}})
+		}
+		b, _ := json.Marshal(m)
+		key := sweepkv.MetricsKey(sweepkv.DefaultPrefix, "default", "rep", controller.TrialID(i))
+		if _, err := c.KV().Put(&consul.KVPair{Key: key, Value: b}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	curves, _, err := (&env{consul: c, ns: "default", prefix: sweepkv.DefaultPrefix}).curves(context.Background(), "rep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(curves) != 3 || len(curves[0].Points) != 4 || len(curves[1].Points) != 2 || !curves[2].Best ||
+		curves[1].StopNote != "ASHA at step 10" || curves[1].State != "stopped" {
+		t.Fatalf("curves: %+v", curves)
+	}
+	out := filepath.Join(t.TempDir(), "sweep.png")
+	if msg, err := execute(t, c, f, "report", "rep", "-o", out); err != nil || !strings.Contains(msg, "wrote "+out+": 3 trial(s)") {
+		t.Fatalf("%v\n%s", err, msg)
+	}
+	fh, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	img, err := png.Decode(fh)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 700 {
+		t.Errorf("size %v", b)
 	}
 }
