@@ -444,3 +444,90 @@ func TestSweepNodeLost(t *testing.T) {
 		t.Errorf("%s's result does not say it resumed from a checkpoint at step >= 16: %+v", victim.ID, last)
 	}
 }
+
+// Scenario 2: ASHA over 12 trials of a workload with a clearly bad region
+// stops at least half early and finds the best, in at most 60 % of the
+// trial-steps running every trial to the end would take.
+func TestSweepASHA(t *testing.T) {
+	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	const name = "e2e-sweep-asha"
+	t.Cleanup(func() { c.purgeSweep(t, name) })
+	src, err := os.ReadFile(filepath.Join(c.repo, "jobspecs", "examples", "sweep-toy.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(t.TempDir(), "sweep-toy.hcl")
+	renamed := strings.Replace(string(src), `sweep "toy-lr"`, fmt.Sprintf("sweep %q", name), 1)
+	if err := os.WriteFile(spec, []byte(renamed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	toy := filepath.Join(filepath.Dir(c.workload()), "sweep_toy.py")
+	start := time.Now()
+	out, errOut, code := c.sweepCLI(t, 6*time.Minute, "sweep", "submit", "-var", "workload="+toy, spec)
+	if code != 0 {
+		t.Fatalf("sweep submit exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	d := c.sweepStatus(t, name)
+	if len(d.Trials) != 12 || d.Status != "completed" {
+		t.Fatalf("want 12 trials and a completed sweep, got %d, %s (%s)", len(d.Trials), d.Status, d.Reason)
+	}
+	steps, stopped := 0, 0
+	var bestFull float64 = -2
+	for _, tr := range d.Trials {
+		steps += tr.Step
+		switch tr.State {
+		case "stopped":
+			stopped++
+			if tr.StoppedBy != "asha" || !strings.HasPrefix(tr.Reason, "stopped by ASHA at step ") {
+				t.Errorf("%s stopped by %q: %q", tr.ID, tr.StoppedBy, tr.Reason)
+			}
+		case "completed":
+			if tr.Value != nil && *tr.Value > bestFull {
+				bestFull = *tr.Value
+			}
+		default:
+			t.Errorf("%s ended %s: %s", tr.ID, tr.State, tr.Reason)
+		}
+	}
+	t.Logf("12 trials in %s: %d stopped early, %d trial-steps of 1200, best %s %.3f (%v)", time.Since(start).Round(time.Second),
+		stopped, steps, d.Best.ID, *d.Best.Value, d.Best.Params)
+	if stopped < 6 {
+		t.Errorf("ASHA stopped %d of 12 trials, want at least half", stopped)
+	}
+	if steps > 720 {
+		t.Errorf("%d trial-steps, want at most 60%% of 1200", steps)
+	}
+	// The best is a completed trial in the good region (scores 0.85-0.93
+	// there; the bad regions stay below 0.6 or diverge).
+	if d.Best == nil || d.Best.State != "completed" || *d.Best.Value < 0.8 || *d.Best.Value != bestFull {
+		t.Errorf("best %+v, want the best completed trial, above 0.8", d.Best)
+	}
+	// Each stopped trial's task event says why.
+	for _, tr := range d.Trials {
+		if tr.State != "stopped" {
+			continue
+		}
+		allocs, err := c.allocsOf(tr.Job)
+		if err != nil || len(allocs) == 0 {
+			t.Fatalf("allocations of %s: %v", tr.Job, err)
+		}
+		found := false
+		for _, ts := range allocs[0].TaskStates {
+			for _, e := range ts.Events {
+				if strings.Contains(e.DisplayMessage, "stopped by ASHA") || strings.Contains(e.Message, "stopped by ASHA") ||
+					strings.Contains(e.Details["stop_reason"], "stopped by ASHA") {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no task event says it was stopped by ASHA", tr.ID)
+		}
+		break
+	}
+	rep := filepath.Join(t.TempDir(), "asha.png")
+	if out, errOut, code := c.sweepCLI(t, time.Minute, "sweep", "report", name, "-o", rep); code != 0 {
+		t.Errorf("sweep report exited %d: %s%s", code, out, errOut)
+	}
+}

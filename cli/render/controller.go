@@ -89,8 +89,11 @@ func ControllerJobspec(c Controller) ([]byte, error) {
 	reschedule := group.AppendNewBlock("reschedule", nil).Body()
 	reschedule.SetAttributeValue("attempts", cty.Zero)
 	reschedule.SetAttributeValue("unlimited", cty.True)
+	// A controller that cannot start (a wrong --controller-binary) is
+	// tried again less and less often; gpujob sweep submit says why.
 	reschedule.SetAttributeValue("delay", cty.StringVal("5s"))
-	reschedule.SetAttributeValue("delay_function", cty.StringVal("constant"))
+	reschedule.SetAttributeValue("delay_function", cty.StringVal("exponential"))
+	reschedule.SetAttributeValue("max_delay", cty.StringVal("5m"))
 	group.AppendNewline()
 
 	task := group.AppendNewBlock("task", []string{ControllerTask}).Body()

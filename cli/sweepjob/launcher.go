@@ -93,7 +93,9 @@ func (l *Launcher) Observe(ctx context.Context, jobIDs []string) (map[string]con
 		}
 		o := phase(s)
 		if o.Phase == controller.JobFailed {
-			o = l.settle(id, o)
+			if o, err = l.settle(id, o); err != nil {
+				return nil, err // retried by the round: one error must not fail a trial
+			}
 		}
 		out[id] = o
 	}
@@ -127,11 +129,10 @@ func phase(s *api.JobListStub) controller.JobObservation {
 // lost allocation counts as failed there even when its replacement then
 // completed (a trial whose node was lost resumes elsewhere). The job failed
 // only if the latest allocation of some member did.
-func (l *Launcher) settle(jobID string, o controller.JobObservation) controller.JobObservation {
+func (l *Launcher) settle(jobID string, o controller.JobObservation) (controller.JobObservation, error) {
 	stubs, _, err := l.Nomad.JobAllocations(jobID, nil)
 	if err != nil {
-		o.Reason = "its job failed"
-		return o
+		return o, err
 	}
 	latest := map[string]*api.AllocationListStub{}
 	for _, a := range stubs {
@@ -142,10 +143,10 @@ func (l *Launcher) settle(jobID string, o controller.JobObservation) controller.
 	for _, a := range latest {
 		if a.ClientStatus != "complete" {
 			o.Reason = l.failure(stubs)
-			return o
+			return o, nil
 		}
 	}
-	return controller.JobObservation{Phase: controller.JobComplete}
+	return controller.JobObservation{Phase: controller.JobComplete}, nil
 }
 
 // failure is the plain-words reason a failed trial job gives: the

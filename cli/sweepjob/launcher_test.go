@@ -78,11 +78,11 @@ func TestSettleLooksAtTheLatestAllocationOfEachMember(t *testing.T) {
 	f.SetAlloc(&api.Allocation{ID: "a1", JobID: id, Name: "toy-trial-001.train[0]", ClientStatus: "lost", CreateIndex: 10})
 	f.SetAlloc(&api.Allocation{ID: "a2", JobID: id, Name: "toy-trial-001.train[0]", ClientStatus: "complete", CreateIndex: 20})
 	l := &Launcher{Nomad: f, Sweep: "toy"}
-	if o := l.settle(id, controller.JobObservation{Phase: controller.JobFailed}); o.Phase != controller.JobComplete {
+	if o, _ := l.settle(id, controller.JobObservation{Phase: controller.JobFailed}); o.Phase != controller.JobComplete {
 		t.Errorf("a lost allocation whose replacement completed: %s", o.Phase)
 	}
 	f.SetAlloc(&api.Allocation{ID: "a3", JobID: id, Name: "toy-trial-001.train[1]", ClientStatus: "failed", CreateIndex: 30})
-	if o := l.settle(id, controller.JobObservation{Phase: controller.JobFailed}); o.Phase != controller.JobFailed || o.Reason == "" {
+	if o, _ := l.settle(id, controller.JobObservation{Phase: controller.JobFailed}); o.Phase != controller.JobFailed || o.Reason == "" {
 		t.Errorf("a member whose latest allocation failed: %+v", o)
 	}
 }

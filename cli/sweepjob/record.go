@@ -42,7 +42,11 @@ type Record struct {
 	Template        *api.Job        `json:"template"`
 	SpecFile        string          `json:"spec_file"`
 	Source          string          `json:"source"` // the spec file's text
-	Submitted       time.Time       `json:"submitted"`
+	// Vars and VarFiles are the -var and -var-file arguments it was
+	// submitted with (best --as-train names them).
+	Vars      []string  `json:"vars,omitempty"`
+	VarFiles  []string  `json:"var_files,omitempty"`
+	Submitted time.Time `json:"submitted"`
 }
 
 // NewRecord makes the record of sw, whose trial template the agent parsed
@@ -126,6 +130,36 @@ func SaveRecord(ctx context.Context, c *consul.Client, prefix string, r *Record)
 	}
 	if _, err := c.KV().Put(&consul.KVPair{Key: key, Value: b}, (&consul.WriteOptions{}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("writing %s: %w", key, err)
+	}
+	return nil
+}
+
+// Create writes a new sweep's record and first state in one transaction,
+// each only if absent: two submissions of a name cannot mix, and a failure
+// leaves neither.
+func Create(ctx context.Context, c *consul.Client, prefix string, r *Record, st *controller.State) error {
+	rb, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding the record of sweep %s: %w", r.Sweep, err)
+	}
+	sb, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encoding the state of sweep %s: %w", r.Sweep, err)
+	}
+	ops := consul.TxnOps{
+		{KV: &consul.KVTxnOp{Verb: consul.KVCAS, Key: sweepkv.SpecKey(prefix, r.Namespace, r.Sweep), Value: rb, Index: 0}},
+		{KV: &consul.KVTxnOp{Verb: consul.KVCAS, Key: sweepkv.StateKey(prefix, r.Namespace, r.Sweep), Value: sb, Index: 0}},
+	}
+	ok, resp, _, err := c.Txn().Txn(ops, (&consul.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("recording sweep %s in Consul: %w", r.Sweep, err)
+	}
+	if !ok {
+		why := ""
+		if resp != nil && len(resp.Errors) > 0 {
+			why = ": " + resp.Errors[0].What
+		}
+		return fmt.Errorf("sweep %s was recorded by another submission at the same time%s", r.Sweep, why)
 	}
 	return nil
 }

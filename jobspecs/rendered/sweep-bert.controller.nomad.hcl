@@ -21,7 +21,8 @@ job "bert-lr-controller" {
       attempts       = 0
       unlimited      = true
       delay          = "5s"
-      delay_function = "constant"
+      delay_function = "exponential"
+      max_delay      = "5m"
     }
 
     task "controller" {

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -41,7 +42,18 @@ trial's value, ready for gpujob submit.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(f.IO.Out, "# The best trial of sweep %s: %s, %s %s.\n%s", args[0], b.ID, rec.Metric, formatValue(b.Value), src)
+				fmt.Fprintf(f.IO.Out, "# The best trial of sweep %s: %s, %s %s.\n", args[0], b.ID, rec.Metric, formatValue(b.Value))
+				if len(rec.Vars)+len(rec.VarFiles) > 0 {
+					fmt.Fprintf(f.IO.Out, "# The sweep was submitted with these variables; submit this spec with them too:\n#  ")
+					for _, v := range rec.Vars {
+						fmt.Fprintf(f.IO.Out, " -var %s", shellQuote(v))
+					}
+					for _, v := range rec.VarFiles {
+						fmt.Fprintf(f.IO.Out, " -var-file %s", shellQuote(v))
+					}
+					fmt.Fprintln(f.IO.Out)
+				}
+				fmt.Fprintf(f.IO.Out, "%s", src)
 				return nil
 			case asJSON:
 				return gpujobs.PrintJSON(f.IO.Out, Trial{ID: b.ID, Job: b.JobID, State: string(b.State), Params: b.Params,
@@ -55,3 +67,6 @@ trial's value, ready for gpujob submit.`,
 	cmd.Flags().BoolVar(&asTrain, "as-train", false, "print a train spec with the best parameters")
 	return cmd
 }
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }

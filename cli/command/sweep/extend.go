@@ -69,10 +69,10 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 			if err != nil {
 				return err
 			}
-			if j, err := e.nomad.Job(ctl.JobID); err != nil || j.Status == nil || *j.Status == "dead" {
-				if err := registerController(e, job); err != nil {
-					return err
-				}
+			// Always: a controller that just wrote the sweep's end may be
+			// exiting while its job still says running.
+			if err := registerController(e, job); err != nil {
+				return err
 			}
 			fmt.Fprintf(f.IO.Out, "sweep %s: max_trials %d (it has %d)\n", name, st.MaxTrials, len(st.Trials))
 			if detach {

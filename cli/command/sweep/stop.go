@@ -85,7 +85,7 @@ func (e *env) awaitStopped(ctx context.Context, name string) error {
 	ctlJob := controller.ControllerJobID(name)
 	running := false
 	if j, err := e.nomad.Job(ctlJob); err == nil && j.Status != nil && *j.Status != "dead" && (j.Stop == nil || !*j.Stop) {
-		running = true
+		running = e.controllerTrouble(name) == ""
 	}
 	if running {
 		fmt.Fprintf(out, "asked the controller of sweep %s to stop its trials; waiting (up to %s)\n", name, stopWait)
@@ -111,6 +111,10 @@ func (e *env) awaitStopped(ctx context.Context, name string) error {
 	}
 	// No controller: stop the active trials' jobs and record it.
 	if _, err := e.nomad.Deregister(ctlJob, false); err != nil && !gpujobs.IsNotFound(err) {
+		return err
+	}
+	// Its last round may still launch a trial: wait until it is gone.
+	if err := e.awaitAllocsGone(ctx, []string{ctlJob}); err != nil {
 		return err
 	}
 	st, err := e.update(ctx, name, func(st *controller.State) error {
@@ -163,33 +167,56 @@ func stringCounts(st *controller.State) map[string]int {
 	return c
 }
 
-// purge removes the sweep's jobs, waits until their allocations have
-// stopped (so no supervisor writes a record again), then its KV tree.
+// purge removes the sweep's jobs: the controller first, waited on, so it
+// launches nothing more; then every trial job the state names (and any
+// other of the sweep's), waited on until no allocation runs, so no
+// supervisor writes a record again; then its KV tree.
 func (e *env) purge(ctx context.Context, name string) error {
 	out := e.f.IO.Out
+	ctlJob := controller.ControllerJobID(name)
+	if j, err := e.nomad.Job(ctlJob); err == nil && j.Meta[render.MetaSweep] == name {
+		if _, err := e.nomad.Deregister(ctlJob, true); err != nil && !gpujobs.IsNotFound(err) {
+			return err
+		}
+	} else if err != nil && !gpujobs.IsNotFound(err) {
+		return err
+	}
+	if err := e.awaitAllocsGone(ctx, []string{ctlJob}); err != nil {
+		return err
+	}
+	jobs := map[string]bool{}
+	if st, _, err := controller.LoadState(ctx, e.consul, e.prefix, e.ns, name); err != nil {
+		return err
+	} else {
+		for _, t := range st.Trials {
+			jobs[t.JobID] = true
+		}
+	}
 	stubs, _, err := e.nomad.Jobs(&api.QueryOptions{Prefix: name + "-", Params: map[string]string{"meta": "true"}})
 	if err != nil {
 		return err
 	}
-	var jobs []string
 	for _, j := range stubs {
-		if j.Meta[render.MetaSweep] == name {
-			jobs = append(jobs, j.ID)
+		if j.Meta[render.MetaSweep] == name && j.ID != ctlJob {
+			jobs[j.ID] = true
 		}
 	}
-	for _, id := range jobs {
+	ids := make([]string, 0, len(jobs))
+	for id := range jobs {
+		ids = append(ids, id)
 		if _, err := e.nomad.Deregister(id, true); err != nil && !gpujobs.IsNotFound(err) {
 			return err
 		}
 	}
-	if err := e.awaitAllocsGone(ctx, jobs); err != nil {
+	// Allocations of purged jobs are still listed by job ID.
+	if err := e.awaitAllocsGone(ctx, ids); err != nil {
 		return err
 	}
 	prefix := sweepkv.SweepKey(e.prefix, e.ns, name) + "/"
 	if _, err := e.consul.KV().DeleteTree(prefix, (&consul.WriteOptions{}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("removing %s: %w", prefix, err)
 	}
-	fmt.Fprintf(out, "purged sweep %s: %d job(s) and its records in Consul\n", name, len(jobs))
+	fmt.Fprintf(out, "purged sweep %s: its controller, %d trial job(s) and its records in Consul\n", name, len(ids))
 	return nil
 }
 

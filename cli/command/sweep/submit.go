@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
@@ -78,7 +79,7 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err != nil {
 		return err
 	}
-	if os.Getenv("NOMAD_TOKEN") != "" || os.Getenv("CONSUL_HTTP_TOKEN") != "" {
+	if os.Getenv("NOMAD_TOKEN") != "" || os.Getenv("CONSUL_HTTP_TOKEN") != "" || os.Getenv("CONSUL_HTTP_TOKEN_FILE") != "" {
 		return errors.New("sweeps do not run on clusters with ACLs yet: the controller would need tokens of its own, " +
 			"which gpujob does not issue yet (unset NOMAD_TOKEN and CONSUL_HTTP_TOKEN on a cluster without ACLs)")
 	}
@@ -133,29 +134,26 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	}
 
 	// One sweep of a name at a time: an old one must be purged first.
-	if _, old, index, err := e.load(ctx, sw.Name); err == nil || index != 0 {
-		status := "recorded"
-		if old != nil && old.Status != "" {
-			status = string(old.Status)
-		}
+	_, old, _, err := e.load(ctx, sw.Name)
+	switch {
+	case err == nil:
 		return fmt.Errorf("sweep %s already exists (%s): gpujob sweep status %s, or remove it with gpujob sweep stop --purge %s",
-			sw.Name, status, sw.Name, sw.Name)
+			sw.Name, old.Status, sw.Name, sw.Name)
+	case !errors.Is(err, errNoSweep):
+		return err
+	}
+	if err := checkControllerFree(e, *ctl.ID, sw.Name); err != nil {
+		return err
 	}
 	rec := sweepjob.NewRecord(sw, e.ns, tmpl, path, string(source), f.Now())
-	if err := sweepjob.SaveRecord(ctx, e.consul, e.prefix, rec); err != nil {
-		return err
-	}
+	rec.Vars, rec.VarFiles = o.vars, o.varFiles
 	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
 		Created: f.Now(), Updated: f.Now()}
-	ok, err := controller.SaveState(ctx, e.consul, e.prefix, st, 0)
-	if err != nil {
+	if err := sweepjob.Create(ctx, e.consul, e.prefix, rec, st); err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("sweep %s was submitted by someone else at the same time", sw.Name)
 	}
 	if err := registerController(e, ctl); err != nil {
-		return err
+		return fmt.Errorf("%w; the sweep is recorded but has no controller: gpujob sweep stop --purge %s, then submit again", err, sw.Name)
 	}
 	out := f.IO.Out
 	if o.detach {
@@ -195,19 +193,43 @@ func validate(nomad nomadapi.API, job *api.Job, what string) error {
 	return nil
 }
 
+// checkControllerFree refuses a live job of the controller's ID, and one
+// that is not a sweep controller of this name (never purge a stranger's).
+func checkControllerFree(e *env, jobID, sweep string) error {
+	old, err := e.nomad.Job(jobID)
+	if err != nil {
+		if gpujobs.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	if old.Meta[render.MetaKind] != render.MetaKindSweepController || old.Meta[render.MetaSweep] != sweep {
+		return fmt.Errorf("a job %s that is not sweep %s's controller exists: rename the sweep or remove that job", jobID, sweep)
+	}
+	if old.Status != nil && *old.Status != "dead" && (old.Stop == nil || !*old.Stop) {
+		return fmt.Errorf("the controller job %s of an earlier sweep %s is still %s: gpujob sweep stop --purge %s", jobID, sweep, *old.Status, sweep)
+	}
+	return nil
+}
+
 // registerController registers the controller job, replacing a finished
 // one of the same ID (Nomad would not run an unchanged dead batch job).
 func registerController(e *env, job *api.Job) error {
 	if old, err := e.nomad.Job(*job.ID); err == nil {
-		if old.Status != nil && *old.Status != "dead" {
-			return fmt.Errorf("the controller job %s is already %s", *job.ID, *old.Status)
-		}
-		if _, err := e.nomad.Deregister(*job.ID, true); err != nil {
-			return err
+		if old.Status != nil && *old.Status == "dead" {
+			if _, err := e.nomad.Deregister(*job.ID, true); err != nil {
+				return err
+			}
 		}
 	} else if !gpujobs.IsNotFound(err) {
 		return err
 	}
+	// A live one is updated: its meta carries the time, so Nomad replaces
+	// its allocation, and the new controller takes the lock from the old.
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta["gpujob_registered"] = strconv.FormatInt(time.Now().UnixNano(), 10)
 	_, err := e.nomad.Register(job)
 	return err
 }
@@ -245,9 +267,14 @@ func controllerSpec(sw *spec.Sweep, e *env, binary string) render.Controller {
 // controllerEnv is how the controller reaches Nomad and Consul: as this
 // CLI does (addresses and TLS files; never a token).
 func controllerEnv(e *env) render.Controller {
-	envv := map[string]string{"NOMAD_ADDR": e.nomad.Address(), "CONSUL_HTTP_ADDR": consulAddr()}
+	// raw_exec hands a task the client agent's environment: blank every
+	// token variable so the controller never acts with an agent's token,
+	// and name the key prefix so it reads the tree this CLI wrote.
+	envv := map[string]string{"NOMAD_ADDR": e.nomad.Address(), "CONSUL_HTTP_ADDR": consulAddr(),
+		"NOMAD_TOKEN": "", "CONSUL_HTTP_TOKEN": "", "CONSUL_HTTP_TOKEN_FILE": "", "CONSUL_HTTP_AUTH": "",
+		EnvKeyPrefix: e.prefix}
 	for _, k := range []string{"CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME",
-		"NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "NOMAD_TLS_SERVER_NAME", "NOMAD_REGION", EnvKeyPrefix} {
+		"NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "NOMAD_TLS_SERVER_NAME", "NOMAD_REGION"} {
 		if v := os.Getenv(k); v != "" {
 			envv[k] = v
 		}

@@ -4,6 +4,7 @@ package sweep
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -95,7 +96,7 @@ func (e *env) load(ctx context.Context, name string) (*sweepjob.Record, *control
 		return nil, nil, 0, err
 	}
 	if rec == nil && index == 0 {
-		return nil, nil, 0, fmt.Errorf("no sweep %q in namespace %s (Consul at %s)", name, e.ns, consulAddr())
+		return nil, nil, 0, fmt.Errorf("%w %q in namespace %s (Consul at %s)", errNoSweep, name, e.ns, consulAddr())
 	}
 	if rec == nil {
 		return nil, nil, 0, fmt.Errorf("sweep %q has a state but no record in Consul: remove it with gpujob sweep stop --purge %s", name, name)
@@ -109,6 +110,9 @@ func consulAddr() string {
 	}
 	return "127.0.0.1:8500"
 }
+
+// errNoSweep: no record and no state of that name.
+var errNoSweep = errors.New("no sweep")
 
 // update applies change to the sweep's state with check-and-set, retrying
 // on a concurrent write (the controller saves every round).

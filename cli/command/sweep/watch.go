@@ -8,6 +8,9 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
 
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
@@ -27,7 +30,7 @@ func watch(ctx context.Context, e *env, name string) error {
 	var index uint64
 	last := ""
 	for {
-		pair, meta, err := e.consul.KV().Get(key, (&consul.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+		pair, meta, err := e.consul.KV().Get(key, (&consul.QueryOptions{WaitIndex: index, WaitTime: 15 * time.Second}).WithContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				if e.f.IO.IsTTY {
@@ -59,6 +62,16 @@ func watch(ctx context.Context, e *env, name string) error {
 			}
 			last = line
 		}
+		if st.Ended.IsZero() {
+			if why := e.controllerTrouble(name); why != "" {
+				if e.f.IO.IsTTY {
+					fmt.Fprintln(out)
+				}
+				return fmt.Errorf("the controller of sweep %s cannot run: %s. Fix it (a wrong --controller-binary or $%s?), then "+
+					"gpujob sweep extend %s --max-trials +0, or remove the sweep with gpujob sweep stop --purge %s",
+					name, why, EnvControllerBinary, name, name)
+			}
+		}
 		if st.Status.Terminal() && !st.Ended.IsZero() {
 			if e.f.IO.IsTTY {
 				fmt.Fprintln(out)
@@ -84,4 +97,48 @@ func progressLine(st *controller.State, metric string, maximize bool) string {
 		line += fmt.Sprintf("; best %s %s %s", b.ID, metric, formatValue(b.Value))
 	}
 	return line
+}
+
+// controllerTrouble says why the sweep's controller does not run when
+// Nomad has tried it at least twice and none of its allocations runs: the
+// last failed allocation's last task event. "" otherwise.
+func (e *env) controllerTrouble(name string) string {
+	if e.nomad == nil {
+		return ""
+	}
+	allocs, _, err := e.nomad.JobAllocations(controller.ControllerJobID(name), nil)
+	if err != nil {
+		return ""
+	}
+	failed := 0
+	var last *api.AllocationListStub
+	for _, a := range allocs {
+		switch a.ClientStatus {
+		case "running", "pending":
+			return ""
+		case "failed", "lost":
+			failed++
+			if last == nil || a.CreateIndex > last.CreateIndex {
+				last = a
+			}
+		}
+	}
+	if failed < 2 {
+		return ""
+	}
+	// The driver's own words when there are any ("failed to launch
+	// command …"), else the last event.
+	for _, ts := range last.TaskStates {
+		for i := len(ts.Events) - 1; i >= 0; i-- {
+			if ev := ts.Events[i]; ev.Type == api.TaskDriverFailure || ev.DriverError != "" {
+				return gpujobs.EventText(ev)
+			}
+		}
+	}
+	for _, ts := range last.TaskStates {
+		if n := len(ts.Events); n > 0 {
+			return gpujobs.EventText(ts.Events[n-1])
+		}
+	}
+	return last.ClientDescription
 }

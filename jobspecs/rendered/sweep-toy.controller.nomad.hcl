@@ -1,0 +1,44 @@
+# Rendered by `gpujob sweep submit`: the controller of sweep toy-lr.
+
+job "toy-lr-controller" {
+  type        = "batch"
+  datacenters = ["*"]
+  namespace   = "default"
+  meta = {
+    gpujob       = "sweep-controller"
+    gpujob_sweep = "toy-lr"
+  }
+
+  group "controller" {
+    restart {
+      attempts = 10
+      interval = "10m"
+      delay    = "1s"
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts       = 0
+      unlimited      = true
+      delay          = "5s"
+      delay_function = "exponential"
+      max_delay      = "5m"
+    }
+
+    task "controller" {
+      driver       = "raw_exec"
+      user         = "nobody"
+      kill_timeout = "10s"
+
+      config {
+        command = "/usr/local/bin/gpujob"
+        args    = ["sweep", "controller", "--namespace", "default", "toy-lr"]
+      }
+
+      resources {
+        cpu    = 100
+        memory = 128
+      }
+    }
+  }
+}
