@@ -251,7 +251,7 @@ func TestSweepParallelAboveGPUs(t *testing.T) {
 	t.Cleanup(func() { c.purgeSweep(t, name) })
 	spec := c.sweepSpec(t, "sweep-bert.hcl", name)
 	out, errOut, code := c.sweepCLI(t, time.Minute, "sweep", "submit", "--detach", "-var", c.workloadVar(),
-		"-var", bertTrialArgs("--sleep-per-step", "0.2"), "-var", "lrs=[0.001,0.002,0.003,0.004]",
+		"-var", bertTrialArgs("--sleep-per-step", "0.5"), "-var", "lrs=[0.001,0.002,0.003,0.004]",
 		"-var", "max_trials=8", "-var", "parallel=8", spec)
 	if code != 0 {
 		t.Fatalf("sweep submit exited %d: %s%s", code, out, errOut)
@@ -270,8 +270,14 @@ func TestSweepParallelAboveGPUs(t *testing.T) {
 			t.Errorf("%s waits for %q, which does not name the GPUs", tr.ID, tr.Waiting)
 		}
 	}
+	// The table says it too, while they wait (each trial runs over 30 s).
+	text, _, _ := c.sweepCLI(t, time.Minute, "sweep", "status", name)
+	if !strings.Contains(text, "waiting: needs 1 × 1 nvidia/gpu") {
+		t.Errorf("sweep status does not say why trials wait:\n%s", text)
+	}
+	t.Logf("sweep status:\n%s", text)
 	// Nomad never runs more than the 4 GPUs allow, while the sweep runs.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		running := 0
 		allocs, _, err := c.nomad.Allocations().List(&api.QueryOptions{Prefix: ""})
@@ -288,11 +294,6 @@ func TestSweepParallelAboveGPUs(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	text, _, _ := c.sweepCLI(t, time.Minute, "sweep", "status", name)
-	if !strings.Contains(text, "waiting:") {
-		t.Errorf("sweep status does not say why trials wait:\n%s", text)
-	}
-	t.Logf("sweep status:\n%s", text)
 }
 
 // Scenario 3: the controller killed mid-sweep: a new one resumes within

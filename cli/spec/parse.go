@@ -595,6 +595,10 @@ func (d *decoder) checkJobName(kind, name string, rng hcl.Range) {
 		d.errorf(rng, "Invalid job name",
 			"The %s block's name %q %s. The name becomes the Nomad job ID and a directory under the checkpoint root, so it must be %s.",
 			kind, name, err, safename.Allowed)
+	} else if kind == "sweep" && len(name) > MaxSweepNameLen {
+		d.errorf(rng, "Invalid job name",
+			"The sweep's name is %d bytes; at most %d leave room for its jobs' IDs (<sweep>-controller, <sweep>-trial-NNN).",
+			len(name), MaxSweepNameLen)
 	}
 }
 

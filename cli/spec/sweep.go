@@ -51,6 +51,15 @@ const (
 	DefaultMedianInterval  = 1
 )
 
+// MaxTrials bounds max_trials (also through gpujob sweep extend): the
+// controller's state holds every trial (about 450 bytes each) in one Consul
+// value, written in a transaction whose request Consul caps at 512 KiB.
+const MaxTrials = 500
+
+// MaxSweepNameLen bounds a sweep's name so that its jobs' IDs,
+// "<sweep>-controller" and "<sweep>-trial-NNN", stay valid job names.
+const MaxSweepNameLen = 117
+
 // The search algorithms of search { algorithm }.
 const (
 	AlgorithmGrid   = "grid"
@@ -361,6 +370,7 @@ func decodeSweep(sf *specFile) (*Sweep, hcl.Diagnostics) {
 		}
 		if !td.HasErrors() {
 			d.checkPlaceholders(t)
+			d.checkRefsKept(blk, t)
 		}
 		s.Template = t
 	}
@@ -432,6 +442,9 @@ func decodeSweep(sf *specFile) (*Sweep, hcl.Diagnostics) {
 	n := len(d.diags)
 	if d.int("max_trials", at["max_trials"], &s.MaxTrials) && s.MaxTrials < 1 {
 		d.errorf(at["max_trials"].Expr.Range(), "Invalid max_trials", "max_trials must be at least 1, got %d.", s.MaxTrials)
+	} else if s.MaxTrials > MaxTrials {
+		d.errorf(at["max_trials"].Expr.Range(), "Invalid max_trials",
+			"max_trials must be at most %d, got %d: the controller keeps every trial's record in one Consul value. Run several sweeps.", MaxTrials, s.MaxTrials)
 	}
 	maxTrialsBad := len(d.diags) > n
 	if d.int("parallel", at["parallel"], &s.Parallel) && s.Parallel < 1 {
@@ -754,6 +767,40 @@ func (d *decoder) checkParamRefs(c *hcl.BodyContent, declared map[string]hcl.Ran
 		}
 	}
 	return bad
+}
+
+// checkRefsKept reports a field that refers to a param whose value then
+// holds no placeholder of it: the param went into a condition, a
+// comparison or a function whose result does not carry its text, so every
+// trial would run what the placeholder made of it.
+func (d *decoder) checkRefsKept(blk *hcl.Block, t *Train) {
+	body, ok := blk.Body.(*hclsyntax.Body)
+	if !ok {
+		return
+	}
+	env := make([]string, 0, len(t.Env))
+	for _, k := range sortedKeys(t.Env) {
+		env = append(env, t.Env[k])
+	}
+	values := map[string]string{"command": t.Command, "args": strings.Join(t.Args, "\n"), "env": strings.Join(env, "\n")}
+	for _, field := range []string{"command", "args", "env"} {
+		a := body.Attributes[field]
+		if a == nil {
+			continue
+		}
+		for _, tr := range a.Expr.Variables() {
+			if tr.RootName() != "param" || len(tr) < 2 {
+				continue
+			}
+			step, ok := tr[1].(hcl.TraverseAttr)
+			if !ok || strings.Contains(values[field], Placeholder(step.Name)) {
+				continue
+			}
+			d.errorf(tr.SourceRange(), "Invalid param reference",
+				"%s uses param.%s in a way whose result does not carry its value (a condition, a comparison or a function): every trial would run the same. Use param.%s as is, or in a string template like \"--lr=${param.lr}\".",
+				field, step.Name, step.Name)
+		}
+	}
 }
 
 // checkPlaceholders reports placeholders where no param reference may put

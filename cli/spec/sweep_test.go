@@ -1,6 +1,7 @@
 package spec_test
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -379,5 +380,74 @@ variable "xs" {
 	_, errs = parseSweep(t, src, "sweep.hcl", spec.Options{Vars: []string{"trials=x"}})
 	if !strings.Contains(errs, "<-var trials=x>:1:8: error: Invalid value for variable") {
 		t.Errorf("errors:\n%s", errs)
+	}
+}
+
+func TestSweepRefusesAParamLostInACondition(t *testing.T) {
+	src := `sweep "s" {
+  train {
+    command = "/usr/bin/python3"
+    args    = ["x.py", param.opt == "adam" ? "--use-adam" : "--use-sgd", "--lr=${param.lr}"]
+  }
+  param "opt" {
+    grid = ["adam", "sgd"]
+  }
+  param "lr" {
+    grid = [0.1]
+  }
+  objective {
+    metric = "score"
+  }
+}
+`
+	_, diags := spec.ParseSweep([]byte(src), "s.hcl", spec.Options{})
+	if !diags.HasErrors() {
+		t.Fatal("a param used in a condition was accepted: every trial would run --use-sgd")
+	}
+	var found bool
+	for _, d := range diags {
+		if d.Summary == "Invalid param reference" && strings.Contains(d.Detail, "param.opt") && d.Subject != nil && d.Subject.Start.Line == 4 {
+			found = true
+		} else if strings.Contains(d.Detail, "param.lr") {
+			t.Errorf("param.lr in a template was refused: %s", d.Detail)
+		}
+	}
+	if !found {
+		t.Errorf("no error at line 4 naming param.opt: %s", diags.Error())
+	}
+}
+
+func TestSweepLimits(t *testing.T) {
+	base := `sweep "%s" {
+  train {
+    command = "x"
+    args    = [param.lr]
+  }
+  param "lr" {
+    uniform = [0, 1]
+  }
+  objective {
+    metric = "score"
+  }
+  max_trials = %d
+}
+`
+	for _, tc := range []struct {
+		name   string
+		trials int
+		want   string
+	}{
+		{"ok", 500, ""},
+		{"ok", 501, "at most 500"},
+		{strings.Repeat("a", 118), 4, "at most 117"},
+		{strings.Repeat("a", 117), 4, ""},
+	} {
+		_, diags := spec.ParseSweep([]byte(fmt.Sprintf(base, tc.name, tc.trials)), "s.hcl", spec.Options{})
+		switch {
+		case tc.want == "" && diags.HasErrors():
+			t.Errorf("%d-byte name, %d trials: %s", len(tc.name), tc.trials, diags.Error())
+		case tc.want != "" && !strings.Contains(diags.Error(), tc.want):
+			t.Errorf("%d-byte name, %d trials: want %q, got %v", len(tc.name), tc.trials, tc.want, diags.Error())
+		}
 	}
 }

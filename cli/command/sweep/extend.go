@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 )
@@ -47,6 +48,9 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 				n, err := parseMore(more, st.MaxTrials)
 				if err != nil {
 					return err
+				}
+				if n > spec.MaxTrials {
+					return fmt.Errorf("--max-trials %d: a sweep holds at most %d trials", n, spec.MaxTrials)
 				}
 				if n < len(st.Trials) {
 					return fmt.Errorf("sweep %s already has %d trials; --max-trials must be at least that", name, len(st.Trials))
