@@ -96,9 +96,9 @@ func (r *Rendezvous) coordinate(ctx context.Context, created bool) {
 				return
 			}
 			r.logf("coordinator: %v (retrying)", failed)
-			retryC = time.After(bo.next())
+			retryC = time.After(bo.Next())
 		} else {
-			bo.reset()
+			bo.Reset()
 		}
 		select {
 		case <-ctx.Done():

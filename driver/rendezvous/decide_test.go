@@ -189,17 +189,17 @@ func TestDecideRecordWithoutMinMax(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	b := newBackoff()
-	prevCap := b.base
+	prevCap := backoffBase
 	for i := 0; i < 12; i++ {
-		d := b.next()
-		want := min(prevCap, b.cap)
+		d := b.Next()
+		want := min(prevCap, backoffCap)
 		if d < want/2 || d > want {
 			t.Fatalf("delay %d = %s, want in [%s, %s]", i, d, want/2, want)
 		}
 		prevCap *= 2
 	}
-	b.reset()
-	if d := b.next(); d > b.base {
-		t.Fatalf("after reset: %s > %s", d, b.base)
+	b.Reset()
+	if d := b.Next(); d > b.Base() {
+		t.Fatalf("after reset: %s > %s", d, backoffBase)
 	}
 }

@@ -99,7 +99,7 @@ func (r *Rendezvous) campaign(ctx context.Context) {
 				if strings.Contains(err.Error(), "invalid session") {
 					sess.Check()
 				}
-				wait = bo.next()
+				wait = bo.Next()
 			}
 			select {
 			case <-ctx.Done():
@@ -109,7 +109,7 @@ func (r *Rendezvous) campaign(ctx context.Context) {
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		r.lead(ctx, sess, created)
 	}
 }

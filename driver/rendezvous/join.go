@@ -74,12 +74,12 @@ func (r *Rendezvous) Join(ctx context.Context) (*Round, error) {
 			case rd != nil:
 				return rd, nil
 			case err == nil:
-				bo.reset()
+				bo.Reset()
 				retryC = nil
 			case transient(err) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil):
 				lastErr = err
 				r.logf("join: %v (retrying)", err)
-				retryC = time.After(bo.next())
+				retryC = time.After(bo.Next())
 			default:
 				return nil, err
 			}
@@ -468,7 +468,7 @@ func (r *Rendezvous) Fail(ctx context.Context, round *Round, f Failure) error {
 			return fmt.Errorf("rendezvous %s: fail round %d: %w", r.cfg.RunID, round.Number, err)
 		}
 		r.logf("fail round %d: %v (retrying)", round.Number, err)
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return fmt.Errorf("rendezvous %s: fail round %d: %w (last error: %w)", r.cfg.RunID, round.Number, ctx.Err(), err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/backoff"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -387,7 +388,7 @@ func TestReplacementKeepsBudget(t *testing.T) {
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !backoff.Sleep(ctx, 50*time.Millisecond) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}

@@ -360,7 +360,7 @@ func (r *Rendezvous) keepSession(ctx context.Context) {
 			// Only a permanent error gets here (ACLs, say): keep trying,
 			// an operator may fix it.
 			r.logf("%v (retrying)", err)
-			if !bo.wait(ctx) {
+			if !bo.Wait(ctx) {
 				return
 			}
 		}
@@ -436,12 +436,12 @@ func (r *Rendezvous) watchPrefix(ctx context.Context, rel string, changed func(a
 				return
 			}
 			r.logf("watch %s: %v (retrying)", rel, err)
-			if !bo.wait(ctx) {
+			if !bo.Wait(ctx) {
 				return
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		// Consul's rule for blocking queries: an index that goes
 		// backwards (snapshot restore) means start over.
 		if meta.LastIndex < idx {

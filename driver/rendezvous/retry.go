@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/backoff"
 )
 
 // Backoff between retries of a failed Consul request. The cap is low on
@@ -19,33 +20,8 @@ const (
 	backoffCap  = 2 * time.Second
 )
 
-// backoff yields capped exponential delays with jitter: the n-th delay is
-// drawn from [d/2, d] with d = min(base*2^n, cap), so that members that
-// failed together do not retry in lockstep.
-type backoff struct {
-	base, cap time.Duration
-	n         int
-}
-
-func newBackoff() *backoff { return &backoff{base: backoffBase, cap: backoffCap} }
-
-func (b *backoff) next() time.Duration {
-	d := b.cap
-	if b.n < 30 {
-		if e := b.base << b.n; e > 0 && e < b.cap {
-			d = e
-		}
-	}
-	b.n++
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.n = 0 }
-
-// wait sleeps the next delay; it reports false when ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	return sleepCtx(ctx, b.next())
-}
+// newBackoff paces the rendezvous's retries (internal/backoff).
+func newBackoff() *backoff.Backoff { return backoff.New(backoffBase, backoffCap) }
 
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
@@ -101,20 +77,8 @@ func retry(ctx context.Context, logf func(string, ...any), what string, op func(
 		if logf != nil {
 			logf("%s: %v (retrying)", what, err)
 		}
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		}
-	}
-}
-
-// sleepCtx waits d unless ctx ends first; it reports whether ctx is alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/backoff"
 	"sync"
 	"time"
 
@@ -162,7 +163,7 @@ func (s *Session) renew() {
 		case <-ctx.Done():
 		}
 	}()
-	bo := &backoff{base: backoffBase, cap: min(backoffCap, s.opts.TTL/4)}
+	bo := backoff.New(backoffBase, min(backoffCap, s.opts.TTL/4))
 	ttl := s.opts.TTL
 	wait := ttl / 2
 	for {
@@ -186,7 +187,7 @@ func (s *Session) renew() {
 			if s.opts.Logf != nil {
 				s.opts.Logf("renew consul session %s: %v (retrying)", s.id, err)
 			}
-			wait = bo.next()
+			wait = bo.Next()
 		case entry == nil:
 			// A server that has just become leader answers from a state
 			// store that has not yet applied the whole raft log, and
@@ -206,9 +207,9 @@ func (s *Session) renew() {
 				}
 				s.opts.Logf("renew consul session %s: not found, not confirmed: %v (retrying)", s.id, err)
 			}
-			wait = bo.next()
+			wait = bo.Next()
 		default:
-			bo.reset()
+			bo.Reset()
 			// Consul may raise the TTL; renew at half of what it says.
 			if t, err := time.ParseDuration(entry.TTL); err == nil && t > 0 {
 				ttl = t

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/backoff"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -348,7 +349,7 @@ func (c *Controller) lock(ctx context.Context, session string) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !sleep(ctx, time.Second) {
+			if !backoff.Sleep(ctx, time.Second) {
 				return ctx.Err()
 			}
 			continue
@@ -358,7 +359,7 @@ func (c *Controller) lock(ctx context.Context, session string) error {
 			c.logf("sweep %s: taking over the lock from this allocation's previous controller (session %s)", c.Plan.Sweep, pair.Session)
 			if _, err := c.Consul.Session().Destroy(pair.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 				c.logf("destroying session %s: %v", pair.Session, err)
-				if !sleep(ctx, 200*time.Millisecond) {
+				if !backoff.Sleep(ctx, 200*time.Millisecond) {
 					return ctx.Err()
 				}
 			}
@@ -373,7 +374,7 @@ func (c *Controller) lock(ctx context.Context, session string) error {
 			// Free, yet the acquire failed: a lock delay, or it was
 			// freed meanwhile. Try again shortly.
 			index = 0
-			if !sleep(ctx, 50*time.Millisecond) {
+			if !backoff.Sleep(ctx, 50*time.Millisecond) {
 				return ctx.Err()
 			}
 		}
@@ -578,7 +579,7 @@ func (c *Controller) watchTrials(ctx context.Context, notify func()) {
 	for ctx.Err() == nil {
 		_, meta, err := c.Consul.KV().Keys(prefix, "", (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
 		if err != nil {
-			if !sleep(ctx, time.Second) {
+			if !backoff.Sleep(ctx, time.Second) {
 				return
 			}
 			continue
@@ -599,7 +600,7 @@ func (c *Controller) watchState(ctx context.Context, saved *atomic.Uint64, notif
 	for ctx.Err() == nil {
 		pair, meta, err := c.Consul.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
 		if err != nil {
-			if !sleep(ctx, time.Second) {
+			if !backoff.Sleep(ctx, time.Second) {
 				return
 			}
 			continue
@@ -627,14 +628,14 @@ func (c *Controller) watchJobs(ctx context.Context, notify func()) {
 		began := time.Now()
 		next, err := c.Launcher.WaitJobs(ctx, index)
 		if err != nil {
-			if !sleep(ctx, time.Second) {
+			if !backoff.Sleep(ctx, time.Second) {
 				return
 			}
 			continue
 		}
 		if next != index {
 			notify()
-		} else if time.Since(began) < 100*time.Millisecond && !sleep(ctx, 100*time.Millisecond) {
+		} else if time.Since(began) < 100*time.Millisecond && !backoff.Sleep(ctx, 100*time.Millisecond) {
 			return // a WaitJobs that does not block must not spin
 		}
 		index = next
@@ -655,20 +656,9 @@ func retry(ctx context.Context, logf func(string, ...any), f func() error) error
 		if logf != nil && !strings.Contains(err.Error(), "context canceled") {
 			logf("%v (retrying in %s)", err, wait)
 		}
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
 		wait = min(2*wait, 5*time.Second)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

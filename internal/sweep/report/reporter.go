@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/backoff"
 	"sync"
 	"time"
 
@@ -206,12 +207,12 @@ func (r *Reporter) loop(ctx context.Context) {
 		case err != nil:
 			r.errs.failed(err)
 			r.signal(r.kick)
-			if !sleepCtx(ctx, bo.next()) {
+			if !backoff.Sleep(ctx, bo.Next()) {
 				return
 			}
 		default:
 			r.errs.ok()
-			bo.reset()
+			bo.Reset()
 			next = time.Now().Add(r.cfg.Interval)
 		}
 	}
@@ -385,7 +386,7 @@ func (r *Reporter) Close(ctx context.Context) error {
 		if flushErr == nil || ctx.Err() != nil {
 			break
 		}
-		if !errors.Is(flushErr, errHeld) && !sleepCtx(ctx, bo.next()) {
+		if !errors.Is(flushErr, errHeld) && !backoff.Sleep(ctx, bo.Next()) {
 			break
 		}
 	}
@@ -405,7 +406,7 @@ func (r *Reporter) Close(ctx context.Context) error {
 	defer cancel()
 	var destroyErr error
 	for {
-		if destroyErr = r.sess.destroy(dctx); destroyErr == nil || !sleepCtx(dctx, bo.next()) {
+		if destroyErr = r.sess.destroy(dctx); destroyErr == nil || !backoff.Sleep(dctx, bo.Next()) {
 			break
 		}
 	}

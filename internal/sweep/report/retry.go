@@ -1,9 +1,8 @@
 package report
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
+	"github.com/gpujob/gpujob/internal/backoff"
 	"sync"
 	"time"
 )
@@ -16,41 +15,10 @@ const (
 	backoffCap  = 5 * time.Second
 )
 
-// backoff yields capped exponential delays with jitter: the n-th is drawn
-// from [d/2, d] with d = min(base·2ⁿ, cap), so the trials of a sweep that
-// lost Consul together do not come back in lockstep.
-type backoff struct {
-	base, cap time.Duration
-	n         int
-}
-
-func newBackoff(limit time.Duration) *backoff {
-	return &backoff{base: backoffBase, cap: max(min(backoffCap, limit), backoffBase)}
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.cap
-	if b.n < 30 {
-		if e := b.base << b.n; e > 0 && e < b.cap {
-			d = e
-		}
-	}
-	b.n++
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.n = 0 }
-
-// sleepCtx waits d unless ctx ends first; it reports whether ctx is alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+// newBackoff paces the reporter's retries, capped at limit (and at
+// backoffCap).
+func newBackoff(limit time.Duration) *backoff.Backoff {
+	return backoff.New(backoffBase, max(min(backoffCap, limit), backoffBase))
 }
 
 // logEvery bounds how often a run of failures of one kind reaches the log:

@@ -117,14 +117,14 @@ func (s *session) renew(onLost func()) {
 			return
 		case err != nil:
 			s.errs.failed(err)
-			wait = bo.next()
+			wait = bo.Next()
 		case entry == nil:
 			close(s.lost)
 			onLost()
 			return
 		default:
 			s.errs.ok()
-			bo.reset()
+			bo.Reset()
 			wait = s.ttl / 2
 			// Consul may raise the TTL it keeps; renew at half of that.
 			if t, err := time.ParseDuration(entry.TTL); err == nil && t > 0 {

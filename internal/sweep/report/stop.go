@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/backoff"
 	"strings"
 	"time"
 	"unicode"
@@ -47,13 +48,13 @@ func WatchStop(ctx context.Context, client *api.Client, key string, logf func(st
 		}
 		if err != nil {
 			errs.failed(err)
-			if !sleepCtx(ctx, bo.next()) {
+			if !backoff.Sleep(ctx, bo.Next()) {
 				return
 			}
 			continue
 		}
 		errs.ok()
-		bo.reset()
+		bo.Reset()
 		if pair != nil {
 			stop(decodeStop(pair))
 			return
@@ -66,7 +67,7 @@ func WatchStop(ctx context.Context, client *api.Client, key string, logf func(st
 			index = meta.LastIndex
 		}
 		index = max(index, 1)
-		if gap := minWatchGap - time.Since(began); gap > 0 && !sleepCtx(ctx, gap) {
+		if gap := minWatchGap - time.Since(began); gap > 0 && !backoff.Sleep(ctx, gap) {
 			return
 		}
 	}
