@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -94,7 +95,7 @@ func (e *env) awaitStopped(ctx context.Context, name string) error {
 		key := sweepkv.StateKey(e.prefix, e.ns, name)
 		var index uint64
 		for {
-			st, meta, err := getState(wctx, e.consul, key, index)
+			st, meta, err := getState(wctx, e.consul, key, index, time.Minute)
 			if err != nil {
 				break // timed out: do it here
 			}
@@ -144,8 +145,10 @@ func (e *env) awaitStopped(ctx context.Context, name string) error {
 	return nil
 }
 
-func getState(ctx context.Context, c *consul.Client, key string, index uint64) (*controller.State, *consul.QueryMeta, error) {
-	pair, meta, err := c.KV().Get(key, (&consul.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+// getState reads the state at key with a blocking query from index (up to
+// wait); nil when there is none.
+func getState(ctx context.Context, c *consul.Client, key string, index uint64, wait time.Duration) (*controller.State, *consul.QueryMeta, error) {
+	pair, meta, err := c.KV().Get(key, (&consul.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(ctx))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -153,7 +156,7 @@ func getState(ctx context.Context, c *consul.Client, key string, index uint64) (
 		return nil, meta, nil
 	}
 	var st controller.State
-	if err := jsonUnmarshal(pair.Value, &st); err != nil {
+	if err := json.Unmarshal(pair.Value, &st); err != nil {
 		return nil, nil, fmt.Errorf("reading %s: %w", key, err)
 	}
 	return &st, meta, nil

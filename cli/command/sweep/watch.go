@@ -2,12 +2,10 @@ package sweep
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
@@ -30,7 +28,7 @@ func watch(ctx context.Context, e *env, name string) error {
 	var index uint64
 	last := ""
 	for {
-		pair, meta, err := e.consul.KV().Get(key, (&consul.QueryOptions{WaitIndex: index, WaitTime: 15 * time.Second}).WithContext(ctx))
+		st, meta, err := getState(ctx, e.consul, key, index, 15*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
 				if e.f.IO.IsTTY {
@@ -46,14 +44,10 @@ func watch(ctx context.Context, e *env, name string) error {
 			continue
 		}
 		index = meta.LastIndex
-		if pair == nil {
+		if st == nil {
 			return fmt.Errorf("sweep %s: its state is gone (purged by gpujob sweep stop --purge?)", name)
 		}
-		var st controller.State
-		if err := json.Unmarshal(pair.Value, &st); err != nil {
-			return fmt.Errorf("reading %s: %w", key, err)
-		}
-		line := progressLine(&st, rec.Metric, rec.Maximize())
+		line := progressLine(st, rec.Metric, rec.Maximize())
 		if line != last {
 			if e.f.IO.IsTTY {
 				fmt.Fprintf(out, "\r\033[K%s", line)
