@@ -123,7 +123,9 @@ func startClusterWith(clients, gpus, offset int) *cluster {
 func startClusterOpts(opts clusterOptions) *cluster {
 	clients, gpus, offset := opts.clients, opts.gpus, opts.offset
 	c := &cluster{repo: repoRoot(), opts: opts}
-	dir, err := os.MkdirTemp("", "gpujob-e2e-")
+	// A short name: the sweep controller's Task API socket lives under
+	// the client's data_dir and its path must fit 107 bytes.
+	dir, err := os.MkdirTemp("", "gj-e2e-")
 	if err != nil {
 		c.failed = err.Error()
 		return c

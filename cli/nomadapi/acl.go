@@ -17,6 +17,9 @@ type Need struct {
 	Namespace  string // with Capability
 	Capability string // a namespace capability, e.g. "submit-job"
 	Node       string // a node policy ("read"), when Capability is empty
+	// Management: only a management token may do it (ACL tokens and
+	// policies, in Nomad 1.6).
+	Management bool
 }
 
 // Namespace capabilities the CLI's requests need (Nomad's acl package).
@@ -28,6 +31,9 @@ const (
 )
 
 func (n Need) String() string {
+	if n.Management {
+		return "a management token"
+	}
 	if n.Capability == "" {
 		return "node " + n.Node
 	}
@@ -126,8 +132,8 @@ func describeNeeds(needs []Need) string {
 	var namespaces []string
 	var node []string
 	for _, n := range needs {
-		if n.Capability == "" {
-			node = append(node, "node "+n.Node)
+		if n.Management || n.Capability == "" {
+			node = append(node, n.String())
 			continue
 		}
 		if _, ok := byNS[n.Namespace]; !ok {

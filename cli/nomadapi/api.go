@@ -42,6 +42,23 @@ type API interface {
 	NodeAllocations(nodeID string) ([]*api.Allocation, error)
 	// NodeStats is the client's host stats, GPU device stats included.
 	NodeStats(nodeID string) (*api.HostStats, error)
+
+	// ACLEnabled reports whether the cluster enforces ACLs (asking for the
+	// request's own token: Nomad answers "ACL support disabled" when not).
+	ACLEnabled() (bool, error)
+	// ACL policies and tokens; Nomad 1.6 lets only a management token
+	// touch them. Deleting what is not there is not an error.
+	UpsertACLPolicy(p *api.ACLPolicy) error
+	DeleteACLPolicy(name string) error
+	CreateACLToken(t *api.ACLToken) (*api.ACLToken, error)
+	ACLTokens() ([]*api.ACLTokenListStub, error)
+	DeleteACLToken(accessorID string) error
+	// Variables (Nomad's secrets store) in the client's namespace. Variable
+	// returns nil, nil when there is none at path; deleting what is not
+	// there is not an error.
+	PutVariable(v *api.Variable) error
+	Variable(path string) (*api.Variable, error)
+	DeleteVariable(path string) error
 }
 
 // ErrJobExists is RegisterNew's answer when a job of that ID exists.

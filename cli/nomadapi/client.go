@@ -1,11 +1,13 @@
 package nomadapi
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -25,6 +27,10 @@ type Options struct {
 	CACert     string
 	ClientCert string
 	ClientKey  string
+	// Socket, when set, is the path of a task's Task API socket
+	// (${NOMAD_SECRETS_DIR}/api.sock): the requests go there, to the local
+	// client agent, which needs no TLS of the task (Address is ignored).
+	Socket string
 }
 
 // client is API over the real Nomad client.
@@ -33,6 +39,8 @@ type client struct {
 	// namespace and tokenSet describe the requests, for PermissionError.
 	namespace string
 	tokenSet  bool
+	// socket is Options.Socket, which Address names.
+	socket string
 }
 
 // New connects to Nomad (no request is made until a command needs one).
@@ -59,6 +67,18 @@ func New(o Options) (API, error) {
 	if o.ClientKey != "" {
 		cfg.TLSConfig.ClientKey = o.ClientKey
 	}
+	if o.Socket != "" {
+		// The host part is never dialled; the Task API speaks plain HTTP.
+		cfg.Address = "http://task-api"
+		cfg.TLSConfig = &api.TLSConfig{}
+		sock := o.Socket
+		cfg.HttpClient = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+		}}
+	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
@@ -67,10 +87,15 @@ func New(o Options) (API, error) {
 	if ns == "" {
 		ns = "default"
 	}
-	return &client{c: c, namespace: ns, tokenSet: cfg.SecretID != ""}, nil
+	return &client{c: c, namespace: ns, tokenSet: cfg.SecretID != "", socket: o.Socket}, nil
 }
 
-func (c *client) Address() string { return c.c.Address() }
+func (c *client) Address() string {
+	if c.socket != "" {
+		return "unix://" + c.socket
+	}
+	return c.c.Address()
+}
 
 // explain turns transport and ACL failures into what to check; need is the
 // ACL rule the request needs, named when Nomad refuses it.

@@ -41,6 +41,14 @@ type Fake struct {
 	errs   map[string]error
 	evalNo int
 
+	// ACLs: whether enabled (SetACLEnabled), and what the ACL and
+	// variable calls made (fake_admin.go).
+	aclEnabled bool
+	policies   map[string]*api.ACLPolicy
+	tokens     map[string]*api.ACLToken // by accessor ID
+	vars       map[string]*api.Variable // by path
+	tokenNo    int
+
 	// OnBlock, when set, is called (without the fake's lock held) when a
 	// blocking query would block; query is the method's name and index the
 	// current index. It may change the fake's state.
@@ -88,6 +96,10 @@ func NewFake() *Fake {
 		evals:  map[string]*api.Evaluation{},
 		logs:   map[logKey]*fakeLog{},
 		errs:   map[string]error{},
+
+		policies: map[string]*api.ACLPolicy{},
+		tokens:   map[string]*api.ACLToken{},
+		vars:     map[string]*api.Variable{},
 	}
 	f.changed = sync.NewCond(&f.mu)
 	return f

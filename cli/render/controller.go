@@ -16,7 +16,10 @@ import (
 const (
 	MetaKindSweepController = "sweep-controller"
 	ControllerGroup         = "controller"
-	ControllerTask          = "controller"
+	// ControllerTask is short: its Task API socket,
+	// <data_dir>/alloc/<alloc ID>/<task>/secrets/api.sock, must fit the
+	// 107 bytes of a unix socket's path, and Nomad skips it otherwise.
+	ControllerTask = "ctl"
 	// ControllerUser is the controller's default user: it needs no file
 	// of the node, only the Nomad and Consul APIs.
 	ControllerUser = "nobody"
@@ -31,11 +34,15 @@ type Controller struct {
 	Binary string
 	// User runs it (raw_exec's user); empty: ControllerUser.
 	User string
-	// Env is how it reaches Nomad and Consul: addresses and TLS files,
-	// never a token (see the README's ACL section).
+	// Env is how it reaches Nomad and Consul: addresses (and TLS files
+	// without ACLs), never a token: with ACLs it fetches its own (Identity).
 	Env         map[string]string
 	Datacenters []string
 	NodePool    string
+	// Identity hands the task its workload identity as a file
+	// (secrets/nomad_token): on a cluster with ACLs it reads its own
+	// credentials with it (cli/sweepcreds).
+	Identity bool
 }
 
 // ControllerJobspec renders the job that runs a sweep's controller: one
@@ -111,6 +118,12 @@ func ControllerJobspec(c Controller) ([]byte, error) {
 	task.AppendNewline()
 	if len(c.Env) > 0 {
 		task.SetAttributeValue("env", ctyval.StringMap(c.Env))
+		task.AppendNewline()
+	}
+	if c.Identity {
+		id := task.AppendNewBlock("identity", nil).Body()
+		id.SetAttributeValue("env", cty.False)
+		id.SetAttributeValue("file", cty.True)
 		task.AppendNewline()
 	}
 	res := task.AppendNewBlock("resources", nil).Body()

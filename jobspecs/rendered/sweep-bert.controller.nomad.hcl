@@ -25,7 +25,7 @@ job "bert-lr-controller" {
       max_delay      = "5m"
     }
 
-    task "controller" {
+    task "ctl" {
       driver       = "raw_exec"
       user         = "nobody"
       kill_timeout = "10s"

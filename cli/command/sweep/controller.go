@@ -2,12 +2,19 @@ package sweep
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
+	"path/filepath"
+	"strings"
+
+	consul "github.com/hashicorp/consul/api"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 )
@@ -25,11 +32,18 @@ func newControllerCmd(f *factory.Factory) *cobra.Command {
 }
 
 func runController(ctx context.Context, f *factory.Factory, name string) error {
-	e, err := newEnv(f, true)
+	logger := log.New(f.IO.ErrOut, "", log.LstdFlags)
+	var e *env
+	var err error
+	if path := os.Getenv(sweepcreds.EnvVariable); path != "" {
+		e, err = credentialedEnv(f, path)
+		logger.Printf("acting with the controller's own Nomad and Consul tokens (variable %s)", path)
+	} else {
+		e, err = newEnv(f, true)
+	}
 	if err != nil {
 		return err
 	}
-	logger := log.New(f.IO.ErrOut, "", log.LstdFlags)
 	rec, err := sweepjob.LoadRecord(ctx, e.consul, e.prefix, e.ns, name)
 	if err != nil {
 		return err
@@ -50,4 +64,45 @@ func runController(ctx context.Context, f *factory.Factory, name string) error {
 		AllocID:  os.Getenv("NOMAD_ALLOC_ID"), Logf: logger.Printf, Now: f.Now,
 	}
 	return c.Run(ctx)
+}
+
+// credentialedEnv is the controller's env on a cluster with ACLs: its
+// workload identity (a file in its secrets dir) reads its credentials from
+// the variable at path through the Task API socket, and it then acts with
+// them: Nomad through the same socket, Consul at the address it was given.
+func credentialedEnv(f *factory.Factory, path string) (*env, error) {
+	secrets := os.Getenv("NOMAD_SECRETS_DIR")
+	if secrets == "" {
+		return nil, fmt.Errorf("%s is set but NOMAD_SECRETS_DIR is not: the controller runs only as a Nomad task", sweepcreds.EnvVariable)
+	}
+	jwt, err := os.ReadFile(filepath.Join(secrets, "nomad_token"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the workload identity (the job's identity block gives it): %w", err)
+	}
+	sock := filepath.Join(secrets, "api.sock")
+	if _, err := os.Stat(sock); err != nil {
+		// Nomad skips the socket when its path is too long for one.
+		return nil, fmt.Errorf("the Task API socket: %w (a data_dir path too long for a unix socket?)", err)
+	}
+	ns := f.Namespace()
+	wi, err := nomadapi.New(nomadapi.Options{Socket: sock, Token: strings.TrimSpace(string(jwt)), Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	creds, err := sweepcreds.Fetch(wi, path)
+	if err != nil {
+		return nil, err
+	}
+	nomad, err := nomadapi.New(nomadapi.Options{Socket: sock, Token: creds.NomadToken, Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	cfg := consul.DefaultConfig()
+	cfg.Token = creds.ConsulToken
+	cfg.TLSConfig.CAPem, cfg.TLSConfig.CertPEM, cfg.TLSConfig.KeyPEM = creds.ConsulTLS.CA, creds.ConsulTLS.Cert, creds.ConsulTLS.Key
+	cc, err := consul.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client (CONSUL_HTTP_ADDR): %w", err)
+	}
+	return &env{f: f, consul: cc, nomad: nomad, ns: ns, prefix: keyPrefix()}, nil
 }

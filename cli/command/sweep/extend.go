@@ -37,6 +37,9 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 			if err != nil {
 				return err
 			}
+			if err := e.detectACL(); err != nil {
+				return err
+			}
 			bin, err := controllerBinary(binary)
 			if err != nil {
 				return err
@@ -59,6 +62,15 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 				return nil
 			})
 			if err != nil {
+				return err
+			}
+			// The controller may still run with its credentials: keep
+			// them, or issue them if they are gone.
+			creds, err := e.issuer(name)
+			if err != nil {
+				return err
+			}
+			if err := creds.Ensure(); err != nil {
 				return err
 			}
 			ctl := controllerFromRecord(rec, e, bin)
@@ -103,7 +115,7 @@ func parseMore(s string, current int) (int, error) {
 
 // controllerFromRecord is the controller job of a recorded sweep.
 func controllerFromRecord(rec *sweepjob.Record, e *env, binary string) render.Controller {
-	c := controllerEnv(e)
+	c := controllerEnv(e, rec.Sweep)
 	c.JobID, c.Sweep, c.Namespace, c.Binary = controller.ControllerJobID(rec.Sweep), rec.Sweep, e.ns, binary
 	if t := rec.Template; t != nil {
 		c.Datacenters = t.Datacenters

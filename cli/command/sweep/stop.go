@@ -219,7 +219,22 @@ func (e *env) purge(ctx context.Context, name string) error {
 	if _, err := e.consul.KV().DeleteTree(prefix, (&consul.WriteOptions{}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("removing %s: %w", prefix, err)
 	}
-	fmt.Fprintf(out, "purged sweep %s: its controller, %d trial job(s) and its records in Consul\n", name, len(ids))
+	// Last: the controller is gone, so nothing acts with its tokens.
+	what := " and its records in Consul"
+	if err := e.detectACL(); err != nil {
+		return err
+	}
+	if e.acl.Any() {
+		creds, err := e.issuer(name)
+		if err != nil {
+			return err
+		}
+		if err := creds.Revoke(); err != nil {
+			return fmt.Errorf("%w; the jobs and records of sweep %s are gone: run stop --purge again to remove the rest", err, name)
+		}
+		what = ", its records in Consul and its controller's ACL tokens and policies"
+	}
+	fmt.Fprintf(out, "purged sweep %s: its controller, %d trial job(s)%s\n", name, len(ids), what)
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
@@ -49,7 +50,13 @@ Ctrl-C or --detach leave the sweep running: it needs no CLI.
 
 The controller runs on each client as the gpujob binary at
 --controller-binary (default $` + EnvControllerBinary + `, else this binary's
-own path), through raw_exec as the user nobody.`,
+own path), through raw_exec as the user nobody.
+
+With ACLs on (Nomad's or Consul's), the controller acts with tokens of its
+own, limited to the sweep, which submit creates and keeps in the Nomad
+variable nomad/jobs/<sweep>-controller; creating them takes a Nomad
+management token (NOMAD_TOKEN) and a Consul token with acl = "write"
+(CONSUL_HTTP_TOKEN). stop --purge removes them.`,
 		Example: `  gpujob sweep submit jobspecs/examples/sweep-toy.hcl
   gpujob sweep submit --detach -var workload=$PWD/jobspecs/workloads/sweep_toy.py sweep.hcl`,
 		Args: cobra.ExactArgs(1),
@@ -79,16 +86,15 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err != nil {
 		return err
 	}
-	if os.Getenv("NOMAD_TOKEN") != "" || os.Getenv("CONSUL_HTTP_TOKEN") != "" || os.Getenv("CONSUL_HTTP_TOKEN_FILE") != "" {
-		return errors.New("sweeps do not run on clusters with ACLs yet: the controller would need tokens of its own, " +
-			"which gpujob does not issue yet (unset NOMAD_TOKEN and CONSUL_HTTP_TOKEN on a cluster without ACLs)")
-	}
 	binary, err := controllerBinary(o.binary)
 	if err != nil {
 		return err
 	}
 	e, err := newEnv(f, true)
 	if err != nil {
+		return err
+	}
+	if err := e.detectACL(); err != nil {
 		return err
 	}
 	if sw.Template.Namespace != "" && sw.Template.Namespace != e.ns {
@@ -145,11 +151,23 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err := checkControllerFree(e, *ctl.ID, sw.Name); err != nil {
 		return err
 	}
+	// On a cluster with ACLs the controller acts with tokens of its own,
+	// made before any record, and removed again if the record fails.
+	creds, err := e.issuer(sw.Name)
+	if err != nil {
+		return err
+	}
+	if err := creds.Issue(); err != nil {
+		return err
+	}
 	rec := sweepjob.NewRecord(sw, e.ns, tmpl, path, string(source), f.Now())
 	rec.Vars, rec.VarFiles = o.vars, o.varFiles
 	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
 		Created: f.Now(), Updated: f.Now()}
 	if err := sweepjob.Create(ctx, e.consul, e.prefix, rec, st); err != nil {
+		if rerr := creds.Revoke(); rerr != nil {
+			return fmt.Errorf("%w; %v", err, rerr)
+		}
 		return err
 	}
 	if err := registerController(e, ctl); err != nil {
@@ -258,26 +276,43 @@ func controllerBinary(flag string) (string, error) {
 // controllerSpec is the controller job of sw: how it reaches Nomad and
 // Consul is how this CLI does (addresses and TLS files, no token).
 func controllerSpec(sw *spec.Sweep, e *env, binary string) render.Controller {
-	c := controllerEnv(e)
+	c := controllerEnv(e, sw.Name)
 	c.JobID, c.Sweep, c.Namespace, c.Binary = controller.ControllerJobID(sw.Name), sw.Name, e.ns, binary
 	c.Datacenters, c.NodePool = sw.Template.Datacenters, sw.Template.NodePool
 	return c
 }
 
 // controllerEnv is how the controller reaches Nomad and Consul: as this
-// CLI does (addresses and TLS files; never a token).
-func controllerEnv(e *env) render.Controller {
+// CLI does (addresses; TLS files without ACLs), never with a token of the
+// CLI's. With ACLs it reads tokens of its own (and the Consul TLS
+// material) with its workload identity, and reaches Nomad through its Task
+// API socket, which needs no TLS of it.
+func controllerEnv(e *env, sweep string) render.Controller {
 	// raw_exec hands a task the client agent's environment: blank every
 	// token variable so the controller never acts with an agent's token,
 	// and name the key prefix so it reads the tree this CLI wrote.
 	envv := map[string]string{"NOMAD_ADDR": e.nomad.Address(), "CONSUL_HTTP_ADDR": consulAddr(),
 		"NOMAD_TOKEN": "", "CONSUL_HTTP_TOKEN": "", "CONSUL_HTTP_TOKEN_FILE": "", "CONSUL_HTTP_AUTH": "",
 		EnvKeyPrefix: e.prefix}
-	for _, k := range []string{"CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME",
-		"NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "NOMAD_TLS_SERVER_NAME", "NOMAD_REGION"} {
+	copied := []string{"CONSUL_HTTP_SSL", "CONSUL_TLS_SERVER_NAME", "NOMAD_REGION"}
+	files := []string{"CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY",
+		"NOMAD_CACERT", "NOMAD_CAPATH", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "NOMAD_TLS_SERVER_NAME"}
+	c := render.Controller{Env: envv}
+	if e.acl.Any() {
+		// The files are the CLI's (the user nobody may not read them):
+		// blank any the agent's environment has too.
+		for _, k := range files {
+			envv[k] = ""
+		}
+		envv[sweepcreds.EnvVariable] = sweepcreds.VariablePath(controller.ControllerJobID(sweep))
+		c.Identity = true
+	} else {
+		copied = append(copied, files...)
+	}
+	for _, k := range copied {
 		if v := os.Getenv(k); v != "" {
 			envv[k] = v
 		}
 	}
-	return render.Controller{Env: envv}
+	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
@@ -61,6 +62,41 @@ type env struct {
 	nomad  nomadapi.API
 	ns     string
 	prefix string
+	// acl says which clusters enforce ACLs (detectACL), for the commands
+	// that register a controller or purge one.
+	acl sweepcreds.Mode
+}
+
+// detectACL asks Nomad and Consul whether they enforce ACLs.
+func (e *env) detectACL() error {
+	m, err := sweepcreds.Detect(e.nomad, sweepcreds.NewConsul(e.consul))
+	if err != nil {
+		return err
+	}
+	e.acl = m
+	return nil
+}
+
+// issuer issues and revokes the credentials of sweep name's controller.
+// The Consul TLS files the CLI uses are read here, to be handed over.
+func (e *env) issuer(name string) (*sweepcreds.Issuer, error) {
+	is := &sweepcreds.Issuer{Nomad: e.nomad, Consul: sweepcreds.NewConsul(e.consul), Mode: e.acl,
+		Namespace: e.ns, Sweep: name, KeyPrefix: e.prefix, JobID: controller.ControllerJobID(name)}
+	for _, f := range []struct {
+		env string
+		to  *[]byte
+	}{{"CONSUL_CACERT", &is.ConsulTLS.CA}, {"CONSUL_CLIENT_CERT", &is.ConsulTLS.Cert}, {"CONSUL_CLIENT_KEY", &is.ConsulTLS.Key}} {
+		path := os.Getenv(f.env)
+		if path == "" || !e.acl.Any() {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.env, err)
+		}
+		*f.to = b
+	}
+	return is, nil
 }
 
 func newEnv(f *factory.Factory, needNomad bool) (*env, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
@@ -167,13 +168,75 @@ func TestSubmitRecordsTheSweepAndRegistersItsController(t *testing.T) {
 	}
 }
 
-func TestSubmitRefusesACLClusters(t *testing.T) {
+// With Nomad's ACLs on (the test's Consul has none), submit gives the
+// controller a Nomad token and policy of its own in a variable its workload
+// identity reads, renders it with that identity and without the CLI's TLS
+// files, and purge takes all of it back.
+func TestSubmitWithACLsIssuesTheControllersOwnToken(t *testing.T) {
+	c := consulClient(t)
+	f, parsed := newFake()
+	f.SetACLEnabled(true)
+	t.Setenv("GPUJOB_CONTROLLER_BINARY", "/opt/gpujob/bin/gpujob")
+	t.Setenv("NOMAD_CACERT", "/etc/nomad/ca.pem")
+	out, err := execute(t, c, f, "submit", "--detach", writeSpec(t, "acl"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var ctlHCL string
+	for _, src := range *parsed {
+		if strings.Contains(src, `job "acl-controller"`) {
+			ctlHCL = src
+		}
+	}
+	for _, want := range []string{"identity {", "file = true", `GPUJOB_SWEEP_CREDENTIALS = "nomad/jobs/acl-controller"`, `NOMAD_CACERT             = ""`} {
+		if !strings.Contains(ctlHCL, want) {
+			t.Errorf("controller jobspec lacks %s:\n%s", want, ctlHCL)
+		}
+	}
+	pol := f.ACLPolicies()[sweepcreds.PolicyName("default", "acl")]
+	if pol == nil || !strings.Contains(pol.Rules, `"submit-job", "read-job", "list-jobs"`) {
+		t.Fatalf("controller policy %+v", pol)
+	}
+	v := f.Variables()["nomad/jobs/acl-controller"]
+	toks := f.Tokens()
+	if v == nil || len(toks) != 1 || toks[v.Items["nomad_accessor"]] == nil || toks[v.Items["nomad_accessor"]].SecretID != v.Items["nomad_token"] {
+		t.Fatalf("variable %+v, tokens %+v: want the one token's secret in the variable", v, toks)
+	}
+	if _, ok := v.Items["consul_token"]; ok {
+		t.Errorf("a Consul token was made for a Consul without ACLs: %v", v.Items)
+	}
+
+	f.RemoveJob("acl-controller") // as if it had ended
+	out, err = execute(t, c, f, "stop", "--purge", "acl")
+	if err != nil {
+		t.Fatalf("purge: %v\n%s", err, out)
+	}
+	if len(f.ACLPolicies()) != 0 || len(f.Tokens()) != 0 || len(f.Variables()) != 0 {
+		t.Errorf("left after purge: policies %v, tokens %v, variables %v", f.ACLPolicies(), f.Tokens(), f.Variables())
+	}
+	if !strings.Contains(out, "its controller's ACL tokens and policies") {
+		t.Errorf("purge output:\n%s", out)
+	}
+}
+
+// A submitter whose token cannot make tokens is told what to use, and the
+// sweep is not recorded.
+func TestSubmitWithACLsAndNoManagementTokenIsRefusedCleanly(t *testing.T) {
 	c := consulClient(t)
 	f, _ := newFake()
-	t.Setenv("NOMAD_TOKEN", "secret")
-	_, err := execute(t, c, f, "submit", "--detach", writeSpec(t, "acl"))
-	if err == nil || !strings.Contains(err.Error(), "ACLs") {
-		t.Fatalf("want the ACL refusal, got %v", err)
+	f.SetACLEnabled(true)
+	t.Setenv("GPUJOB_CONTROLLER_BINARY", "/opt/gpujob/bin/gpujob")
+	f.Fail("ACLTokens", &nomadapi.PermissionError{Op: "listing ACL tokens", Need: nomadapi.Need{Management: true},
+		Address: f.Address(), TokenSet: true, TokenName: "alice", TokenPolicies: []string{"gpujob-submit"}})
+	_, err := execute(t, c, f, "submit", "--detach", writeSpec(t, "aclno"))
+	if err == nil || !strings.Contains(err.Error(), "only a management token") || !strings.Contains(err.Error(), `"alice" of policies gpujob-submit`) {
+		t.Fatalf("want the management-token refusal naming the token, got %v", err)
+	}
+	if len(f.Registered) != 0 || len(f.ACLPolicies()) != 0 || len(f.Variables()) != 0 {
+		t.Errorf("the refused submission left jobs %d, policies %v, variables %v", len(f.Registered), f.ACLPolicies(), f.Variables())
+	}
+	if keys, _, _ := c.KV().Keys(sweepkv.SweepKey(sweepkv.DefaultPrefix, "default", "aclno")+"/", "", nil); len(keys) != 0 {
+		t.Errorf("the refused submission recorded %v", keys)
 	}
 }
 
