@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,6 +137,27 @@ func TestSweepWithACLsAndTLS(t *testing.T) {
 	}
 	for k, s := range own {
 		secrets[k] = s
+	}
+	secrets["consul-client-key"] = v.Items["consul_key_pem"]
+
+	// The controller ran as a user no workload runs as, and its identity
+	// file is that user's alone: the ranks (nobody) cannot read it.
+	ctl, _, err := c.nomad.Jobs().Info(name+"-controller", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := ctl.TaskGroups[0].Tasks[0].User; u != sweepcreds.ControllerUser {
+		t.Errorf("the controller runs as %q, want %s", u, sweepcreds.ControllerUser)
+	}
+	owner, err := user.Lookup(sweepcreds.ControllerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idFile := filepath.Join(c.dir, "client-1", "data", "alloc", allocs[0].ID, "ctl", "secrets", "nomad_token")
+	if fi, err := os.Stat(idFile); err != nil {
+		t.Errorf("the controller's identity file: %v", err)
+	} else if st := fi.Sys().(*syscall.Stat_t); fmt.Sprint(st.Uid) != owner.Uid || fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("the controller's identity file is uid %d mode %v, want %s's alone", st.Uid, fi.Mode(), sweepcreds.ControllerUser)
 	}
 	noSecrets(t, "the CLI's output or the controller's log", everything.String(), secrets)
 

@@ -317,6 +317,17 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
 	! setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups test -r "$dir/workloads/bert_finetune.py"; then
 	die "user nobody cannot reach $dir (a directory above it is private); the gpujob tasks run as nobody: set GPUJOB_DEV_DIR to a path under /tmp"
 fi
+# With ACLs a sweep's controller holds tokens of its own and runs as a user
+# no workload runs as (cli/sweepcreds.ControllerUser): make it once.
+if ((acl)) && ! id gpujob-sweep >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
+		useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin gpujob-sweep ||
+			die "could not create the user gpujob-sweep (a sweep controller's user with ACLs)"
+	else
+		echo "dev-up: warning: no user gpujob-sweep: with ACLs, sweep controllers run as it; create it as root:" \
+			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-sweep" >&2
+	fi
+fi
 for ((i = 1; i <= consul_servers; i++)); do mkdir -p "$dir/consul/server-$i"; done
 ((consul_servers == 1)) || mkdir -p "$dir/consul/client"
 for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done

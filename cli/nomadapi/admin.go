@@ -52,7 +52,8 @@ func (c *client) ACLTokens() ([]*api.ACLTokenListStub, error) {
 
 func (c *client) DeleteACLToken(accessorID string) error {
 	_, err := c.c.ACLTokens().Delete(accessorID, nil)
-	if isNotFound(err) {
+	// Nomad 1.6 answers a token that is gone with a 400.
+	if isNotFound(err) || (err != nil && strings.Contains(err.Error(), "Cannot delete nonexistent tokens")) {
 		return nil
 	}
 	return c.explain("deleting ACL token "+accessorID, management, err)

@@ -56,6 +56,24 @@ const (
 	itemConsulCA       = "consul_ca_pem"
 	itemConsulCert     = "consul_cert_pem"
 	itemConsulKey      = "consul_key_pem"
+	// itemOwner marks a variable as this sweep's controller's ("<ns>/<sweep>"):
+	// one that lacks it is never overwritten or deleted.
+	itemOwner = "gpujob_sweep"
+)
+
+// ControllerUser is the user the controller runs as with ACLs: one no
+// workload runs as. Every task of a client may run as nobody (the gpujob
+// driver's ranks do), and a process of the same user can read the
+// controller's identity file, reach its Task API socket and trace it.
+// Clients create it once (scripts/dev-up.sh does):
+//
+//	useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-sweep
+const ControllerUser = "gpujob-sweep"
+
+// Nomad's rules for what the credentials' names must be.
+var (
+	validNamespace = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+	validVarPath   = regexp.MustCompile(`^[a-zA-Z0-9-_~/]{1,128}$`)
 )
 
 // Mode says which of the two clusters enforce ACLs.
@@ -64,7 +82,9 @@ type Mode struct{ Nomad, Consul bool }
 // Any: the controller needs credentials.
 func (m Mode) Any() bool { return m.Nomad || m.Consul }
 
-// Detect asks both clusters whether they enforce ACLs.
+// Detect asks both clusters whether they enforce ACLs. Consul's without
+// Nomad's is refused: the controller's Consul token would have to be kept
+// in a Nomad variable, which anyone who reaches Nomad's API could read.
 func Detect(nomad nomadapi.API, consul Consul) (Mode, error) {
 	var m Mode
 	var err error
@@ -73,6 +93,10 @@ func Detect(nomad nomadapi.API, consul Consul) (Mode, error) {
 	}
 	if m.Consul, err = consul.ACLEnabled(); err != nil {
 		return m, err
+	}
+	if m.Consul && !m.Nomad {
+		return m, errors.New("Consul enforces ACLs but Nomad does not: a sweep's controller needs a Consul token of its own, " +
+			"and without Nomad's ACLs there is nowhere to keep it from every job (enable Nomad's ACLs)")
 	}
 	return m, nil
 }
@@ -132,6 +156,26 @@ type Issuer struct {
 
 func (is *Issuer) policy() string { return PolicyName(is.Namespace, is.Sweep) }
 
+func (is *Issuer) owner() string { return is.Namespace + "/" + is.Sweep }
+
+// Check refuses, before anything is made or removed, names the credentials
+// cannot have and tokens that cannot administer ACLs: submit and purge
+// call it first.
+func (is *Issuer) Check() error {
+	if !is.Mode.Any() {
+		return nil
+	}
+	if !validNamespace.MatchString(is.Namespace) {
+		return fmt.Errorf("namespace %q: Nomad namespaces are 1 to 128 letters, digits and '-'", is.Namespace)
+	}
+	if path := VariablePath(is.JobID); !validVarPath.MatchString(path) {
+		return fmt.Errorf("on a cluster with ACLs, sweep %q cannot run: its controller's credentials live in the Nomad variable %q, "+
+			"and variable paths are at most 128 letters, digits, '-', '_' and '~' (a sweep name of at most %d such characters)",
+			is.Sweep, path, 128-len(VariablePath("-controller")))
+	}
+	return is.preflight()
+}
+
 func (is *Issuer) tokenName() string {
 	return fmt.Sprintf("gpujob sweep %s/%s controller", is.Namespace, is.Sweep)
 }
@@ -140,11 +184,11 @@ func (is *Issuer) tokenName() string {
 // its variable, after revoking any left by an earlier sweep of the name.
 // On failure it revokes what it made, so nothing is left behind.
 func (is *Issuer) Issue() error {
+	if err := is.Check(); err != nil {
+		return err
+	}
 	if !is.Mode.Any() {
 		return nil
-	}
-	if err := is.preflight(); err != nil {
-		return err
 	}
 	if err := is.Revoke(); err != nil {
 		return err
@@ -177,7 +221,7 @@ func (is *Issuer) preflight() error {
 }
 
 func (is *Issuer) issue() error {
-	items := api.VariableItems{}
+	items := api.VariableItems{itemOwner: is.owner()}
 	desc := fmt.Sprintf("gpujob: the controller of sweep %s in namespace %s", is.Sweep, is.Namespace)
 	if is.Mode.Nomad {
 		if err := is.Nomad.UpsertACLPolicy(&api.ACLPolicy{Name: is.policy(), Description: desc,
@@ -209,10 +253,13 @@ func (is *Issuer) issue() error {
 	return is.Nomad.PutVariable(&api.Variable{Namespace: is.Namespace, Path: VariablePath(is.JobID), Items: items})
 }
 
-// Ensure keeps the credentials a sweep has (its variable exists) and
-// issues them otherwise: extend re-registers a controller that may still
-// be running with them.
+// Ensure keeps the credentials a sweep has (its variable names tokens
+// that still exist) and issues them otherwise: extend re-registers a
+// controller that may still be running with them.
 func (is *Issuer) Ensure() error {
+	if err := is.Check(); err != nil {
+		return err
+	}
 	if !is.Mode.Any() {
 		return nil
 	}
@@ -220,8 +267,16 @@ func (is *Issuer) Ensure() error {
 	if err != nil {
 		return err
 	}
-	if v != nil {
-		return nil
+	if v != nil && v.Items[itemOwner] == is.owner() && (!is.Mode.Consul || v.Items[itemConsulToken] != "") {
+		toks, err := is.Nomad.ACLTokens()
+		if err != nil {
+			return refusal(err)
+		}
+		for _, t := range toks {
+			if t.AccessorID == v.Items[itemNomadAccessor] && t.Name == is.tokenName() {
+				return nil
+			}
+		}
 	}
 	return is.Issue()
 }
@@ -243,23 +298,20 @@ func (is *Issuer) revoke() error {
 	if err != nil {
 		return err
 	}
-	if v != nil && v.Items[itemNomadAccessor] != "" && is.Mode.Nomad {
-		if err := is.Nomad.DeleteACLToken(v.Items[itemNomadAccessor]); err != nil {
-			return err
-		}
+	if v != nil && v.Items[itemOwner] != is.owner() {
+		return fmt.Errorf("the Nomad variable %s is not sweep %s's (its %s item is %q): remove it by hand if it is a leftover",
+			path, is.owner(), itemOwner, v.Items[itemOwner])
 	}
-	if v != nil && v.Items[itemConsulAccessor] != "" && is.Mode.Consul {
-		if err := is.Consul.DeleteToken(v.Items[itemConsulAccessor]); err != nil {
-			return err
-		}
-	}
+	// The tokens are found by their name and policy, never by the
+	// accessors the variable holds: whoever may write the variable must
+	// not be able to point a purge at another token.
 	if is.Mode.Nomad {
 		toks, err := is.Nomad.ACLTokens()
 		if err != nil {
 			return err
 		}
 		for _, t := range toks {
-			if t.Name == is.tokenName() {
+			if t.Name == is.tokenName() && len(t.Policies) == 1 && t.Policies[0] == is.policy() {
 				if err := is.Nomad.DeleteACLToken(t.AccessorID); err != nil {
 					return err
 				}

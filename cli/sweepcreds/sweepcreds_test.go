@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	consul "github.com/hashicorp/consul/api"
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
+	hcl1 "github.com/hashicorp/hcl"
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
@@ -53,14 +53,6 @@ func (c *fakeConsul) CreateToken(_, policyID string) (string, string, error) {
 	a := fmt.Sprintf("accessor-%d", c.n)
 	c.tokens[a], c.secrets[a] = policyID, fmt.Sprintf("secret-%d", c.n)
 	return a, c.secrets[a], nil
-}
-
-func (c *fakeConsul) DeleteToken(accessor string) error {
-	if err := c.fail["DeleteToken"]; err != nil {
-		return err
-	}
-	delete(c.tokens, accessor)
-	return nil
 }
 
 func (c *fakeConsul) DeletePolicyAndTokens(name string) error {
@@ -112,9 +104,11 @@ func TestPolicyNamesFitNomadAndConsulAndNeverCollide(t *testing.T) {
 }
 
 func TestRulesAreValidHCLAndConfinedToTheSweep(t *testing.T) {
+	// Nomad and Consul parse ACL rules with HCL 1.
 	for name, src := range map[string]string{"nomad": NomadRules("team-a"), "consul": ConsulRules("gpujob/sweeps", "team-a", "bert/lr")} {
-		if _, diags := hclsyntax.ParseConfig([]byte(src), name+".hcl", hcl.InitialPos); diags.HasErrors() {
-			t.Errorf("%s rules do not parse: %v\n%s", name, diags, src)
+		var rules map[string]any
+		if err := hcl1.Decode(&rules, src); err != nil || len(rules) == 0 {
+			t.Errorf("%s rules do not parse as HCL 1: %v\n%s", name, err, src)
 		}
 	}
 	n := NomadRules("team-a")
@@ -285,10 +279,9 @@ func TestConsulNotFoundIsNotARefusedToken(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{consul.StatusError{Code: 404, Body: "not found"}, true},
-		{consul.StatusError{Code: 403, Body: "token does not exist: ACL not found"}, true},
-		{consul.StatusError{Code: 403, Body: "ACL not found"}, false}, // the request's own token
-		{consul.StatusError{Code: 403, Body: "Permission denied"}, false},
+		{consul.StatusError{Code: 404, Body: "Cannot find token to delete"}, true},
+		{consul.StatusError{Code: 403, Body: "ACL not found"}, false}, // the request's own token, on a read
+		{consul.StatusError{Code: 403, Body: "Permission denied: token with AccessorID 'x' lacks permission 'acl:write'"}, false},
 		{nil, false},
 	} {
 		if got := consulNotFound(c.err); got != c.want {
@@ -297,5 +290,89 @@ func TestConsulNotFoundIsNotARefusedToken(t *testing.T) {
 	}
 	if _, ok := wrap("x", consul.StatusError{Code: 403, Body: "Permission denied"}).(*ConsulRefusal); !ok {
 		t.Error("a 403 is not a ConsulRefusal")
+	}
+}
+
+func TestCheckRefusesNamesTheCredentialsCannotHave(t *testing.T) {
+	for _, c := range []struct{ ns, sweep, want string }{
+		{"default", "bert.lr", "variable paths"},
+		{"default", strings.Repeat("a", 107), "at most 106"},
+		{"*", "x", "namespace"},
+	} {
+		is, _, _ := newIssuer(Mode{Nomad: true})
+		is.Namespace, is.Sweep, is.JobID = c.ns, c.sweep, c.sweep+"-controller"
+		if err := is.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check(%q, %q) = %v, want %q", c.ns, c.sweep, err, c.want)
+		}
+	}
+	is, _, _ := newIssuer(Mode{Nomad: true})
+	is.Sweep, is.JobID = strings.Repeat("a", 106), strings.Repeat("a", 106)+"-controller"
+	if err := is.Check(); err != nil {
+		t.Errorf("a 106-byte name: %v", err)
+	}
+}
+
+func TestConsulACLsWithoutNomadsAreRefused(t *testing.T) {
+	n, c := nomadapi.NewFake(), newFakeConsul()
+	if _, err := Detect(n, c); err == nil || !strings.Contains(err.Error(), "enable Nomad's ACLs") {
+		t.Errorf("Consul ACLs alone: %v", err)
+	}
+	n.SetACLEnabled(true)
+	if m, err := Detect(n, c); err != nil || m != (Mode{Nomad: true, Consul: true}) {
+		t.Errorf("both: %+v %v", m, err)
+	}
+}
+
+// Whoever may write the variable cannot point a purge at another token,
+// nor have it overwrite or delete a variable that is not the sweep's.
+func TestRevokeTrustsNoAccessorAndNoForeignVariable(t *testing.T) {
+	is, n, _ := newIssuer(Mode{Nomad: true, Consul: true})
+	if err := is.Issue(); err != nil {
+		t.Fatal(err)
+	}
+	n.UpsertACLPolicy(&api.ACLPolicy{Name: "ops"})
+	ops, err := n.CreateACLToken(&api.ACLToken{Name: "ops", Type: "client", Policies: []string{"ops"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := VariablePath(is.JobID)
+	v := n.Variables()[path]
+	v.Items[itemNomadAccessor] = ops.AccessorID
+	n.PutVariable(v)
+	if err := is.Revoke(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.Tokens()[ops.AccessorID]; !ok {
+		t.Error("Revoke deleted the token the variable pointed at")
+	}
+	if len(n.Tokens()) != 1 {
+		t.Errorf("tokens after Revoke: %v; want only ops", n.Tokens())
+	}
+
+	n.PutVariable(&api.Variable{Path: path, Items: api.VariableItems{"password": "hunter2"}})
+	for what, f := range map[string]func() error{"Issue": is.Issue, "Revoke": is.Revoke} {
+		if err := f(); err == nil || !strings.Contains(err.Error(), "is not sweep default/bert-lr's") {
+			t.Errorf("%s over a foreign variable: %v", what, err)
+		}
+		if got := n.Variables()[path]; got == nil || got.Items["password"] != "hunter2" {
+			t.Errorf("%s changed the foreign variable: %+v", what, got)
+		}
+	}
+}
+
+func TestEnsureReissuesRevokedTokens(t *testing.T) {
+	is, n, _ := newIssuer(Mode{Nomad: true})
+	if err := is.Issue(); err != nil {
+		t.Fatal(err)
+	}
+	for a := range n.Tokens() {
+		n.DeleteACLToken(a) // revoked by hand
+	}
+	if err := is.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	v := n.Variables()[VariablePath(is.JobID)]
+	if tok := n.Tokens()[v.Items[itemNomadAccessor]]; tok == nil || tok.SecretID != v.Items[itemNomadToken] {
+		t.Errorf("Ensure kept a variable naming a revoked token: %v, tokens %v", v.Items, n.Tokens())
 	}
 }

@@ -47,6 +47,9 @@ type Record struct {
 	Vars      []string  `json:"vars,omitempty"`
 	VarFiles  []string  `json:"var_files,omitempty"`
 	Submitted time.Time `json:"submitted"`
+	// ControllerUser is the user the controller job runs as (extend
+	// registers it again as the same).
+	ControllerUser string `json:"controller_user,omitempty"`
 }
 
 // NewRecord makes the record of sw, whose trial template the agent parsed

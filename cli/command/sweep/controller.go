@@ -36,8 +36,9 @@ func runController(ctx context.Context, f *factory.Factory, name string) error {
 	var e *env
 	var err error
 	if path := os.Getenv(sweepcreds.EnvVariable); path != "" {
-		e, err = credentialedEnv(f, path)
-		logger.Printf("acting with the controller's own Nomad and Consul tokens (variable %s)", path)
+		if e, err = credentialedEnv(f, path); err == nil {
+			logger.Printf("acting with the controller's own Nomad and Consul tokens (variable %s)", path)
+		}
 	} else {
 		e, err = newEnv(f, true)
 	}

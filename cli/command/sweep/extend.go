@@ -16,7 +16,7 @@ import (
 )
 
 func newExtendCmd(f *factory.Factory) *cobra.Command {
-	var more, binary string
+	var more, binary, user string
 	var detach bool
 	cmd := &cobra.Command{
 		Use:   "extend SWEEP --max-trials +N",
@@ -44,6 +44,16 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 			if err != nil {
 				return err
 			}
+			// The controller may still run with its credentials: keep
+			// them, or issue them if they are gone, before the state
+			// says the sweep runs again.
+			creds, err := e.issuer(name)
+			if err != nil {
+				return err
+			}
+			if err := creds.Ensure(); err != nil {
+				return err
+			}
 			st, err := e.update(ctx, name, func(st *controller.State) error {
 				n, err := parseMore(more, st.MaxTrials)
 				if err != nil {
@@ -64,16 +74,10 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 			if err != nil {
 				return err
 			}
-			// The controller may still run with its credentials: keep
-			// them, or issue them if they are gone.
-			creds, err := e.issuer(name)
-			if err != nil {
-				return err
+			if user == "" {
+				user = rec.ControllerUser
 			}
-			if err := creds.Ensure(); err != nil {
-				return err
-			}
-			ctl := controllerFromRecord(rec, e, bin)
+			ctl := controllerFromRecord(rec, e, bin, controllerUser(user, e))
 			ctlHCL, err := render.ControllerJobspec(ctl)
 			if err != nil {
 				return err
@@ -96,6 +100,7 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 	}
 	cmd.Flags().StringVar(&more, "max-trials", "", "`+N` more trials, or N in all")
 	cmd.Flags().StringVar(&binary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
+	cmd.Flags().StringVar(&user, "controller-user", "", "`user` the controller runs as (default: as submitted)")
 	cmd.Flags().BoolVar(&detach, "detach", false, "return once the controller runs again")
 	_ = cmd.MarkFlagRequired("max-trials")
 	return cmd
@@ -114,9 +119,9 @@ func parseMore(s string, current int) (int, error) {
 }
 
 // controllerFromRecord is the controller job of a recorded sweep.
-func controllerFromRecord(rec *sweepjob.Record, e *env, binary string) render.Controller {
+func controllerFromRecord(rec *sweepjob.Record, e *env, binary, user string) render.Controller {
 	c := controllerEnv(e, rec.Sweep)
-	c.JobID, c.Sweep, c.Namespace, c.Binary = controller.ControllerJobID(rec.Sweep), rec.Sweep, e.ns, binary
+	c.JobID, c.Sweep, c.Namespace, c.Binary, c.User = controller.ControllerJobID(rec.Sweep), rec.Sweep, e.ns, binary, user
 	if t := rec.Template; t != nil {
 		c.Datacenters = t.Datacenters
 		if t.NodePool != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -52,6 +53,18 @@ trials' Nomad jobs, and the sweep's records in Consul.`,
 
 func (e *env) stop(ctx context.Context, name string, purge bool) error {
 	out := e.f.IO.Out
+	var creds *sweepcreds.Issuer
+	if purge {
+		// With ACLs, purge ends by revoking the controller's credentials:
+		// a token that cannot is refused before anything is removed.
+		var err error
+		if creds, err = e.credentials(name); err != nil {
+			return err
+		}
+		if err := creds.Check(); err != nil {
+			return err
+		}
+	}
 	_, _, index, err := e.load(ctx, name)
 	if err != nil && !(purge && index == 0) {
 		return err
@@ -76,7 +89,7 @@ func (e *env) stop(ctx context.Context, name string, purge bool) error {
 	if !purge {
 		return nil
 	}
-	return e.purge(ctx, name)
+	return e.purge(ctx, name, creds)
 }
 
 // awaitStopped waits for the controller to stop the trials and end; if no
@@ -174,7 +187,7 @@ func stringCounts(st *controller.State) map[string]int {
 // launches nothing more; then every trial job the state names (and any
 // other of the sweep's), waited on until no allocation runs, so no
 // supervisor writes a record again; then its KV tree.
-func (e *env) purge(ctx context.Context, name string) error {
+func (e *env) purge(ctx context.Context, name string, creds *sweepcreds.Issuer) error {
 	out := e.f.IO.Out
 	ctlJob := controller.ControllerJobID(name)
 	if j, err := e.nomad.Job(ctlJob); err == nil && j.Meta[render.MetaSweep] == name {
@@ -221,14 +234,7 @@ func (e *env) purge(ctx context.Context, name string) error {
 	}
 	// Last: the controller is gone, so nothing acts with its tokens.
 	what := " and its records in Consul"
-	if err := e.detectACL(); err != nil {
-		return err
-	}
-	if e.acl.Any() {
-		creds, err := e.issuer(name)
-		if err != nil {
-			return err
-		}
+	if creds.Mode.Any() {
 		if err := creds.Revoke(); err != nil {
 			return fmt.Errorf("%w; the jobs and records of sweep %s are gone: run stop --purge again to remove the rest", err, name)
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // EnvControllerBinary names the gpujob binary the controller job runs on
@@ -31,6 +33,7 @@ type submitOptions struct {
 	vars, varFiles []string
 	checkpointRoot string
 	binary         string
+	user           string
 	detach         bool
 	json           bool
 }
@@ -50,13 +53,15 @@ Ctrl-C or --detach leave the sweep running: it needs no CLI.
 
 The controller runs on each client as the gpujob binary at
 --controller-binary (default $` + EnvControllerBinary + `, else this binary's
-own path), through raw_exec as the user nobody.
+own path), through raw_exec as the user nobody (--controller-user).
 
-With ACLs on (Nomad's or Consul's), the controller acts with tokens of its
-own, limited to the sweep, which submit creates and keeps in the Nomad
-variable nomad/jobs/<sweep>-controller; creating them takes a Nomad
-management token (NOMAD_TOKEN) and a Consul token with acl = "write"
-(CONSUL_HTTP_TOKEN). stop --purge removes them.`,
+With ACLs on, the controller acts with tokens of its own, limited to the
+sweep, which submit creates and keeps in the Nomad variable
+nomad/jobs/<sweep>-controller; creating them takes a Nomad management token
+(NOMAD_TOKEN) and, with Consul's ACLs, a Consul token with acl = "write"
+(CONSUL_HTTP_TOKEN). stop --purge removes them. The controller then runs as
+the user ` + sweepcreds.ControllerUser + `, which every client must have: no workload may run
+as the user that holds the tokens.`,
 		Example: `  gpujob sweep submit jobspecs/examples/sweep-toy.hcl
   gpujob sweep submit --detach -var workload=$PWD/jobspecs/workloads/sweep_toy.py sweep.hcl`,
 		Args: cobra.ExactArgs(1),
@@ -67,6 +72,7 @@ management token (NOMAD_TOKEN) and a Consul token with acl = "write"
 	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
 	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
 	cmd.Flags().StringVar(&o.binary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
+	cmd.Flags().StringVar(&o.user, "controller-user", "", "`user` the controller runs as (default nobody; with ACLs "+sweepcreds.ControllerUser+")")
 	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the controller is registered")
 	cmd.Flags().BoolVar(&o.json, "json", false, "with --detach: print the submission as JSON")
 	return cmd
@@ -127,7 +133,8 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err := validate(e.nomad, job, "trial "+trial.ID); err != nil {
 		return err
 	}
-	ctlHCL, err := render.ControllerJobspec(controllerSpec(sw, e, binary))
+	user := controllerUser(o.user, e)
+	ctlHCL, err := render.ControllerJobspec(controllerSpec(sw, e, binary, user))
 	if err != nil {
 		return err
 	}
@@ -151,22 +158,28 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err := checkControllerFree(e, *ctl.ID, sw.Name); err != nil {
 		return err
 	}
-	// On a cluster with ACLs the controller acts with tokens of its own,
-	// made before any record, and removed again if the record fails.
+	// On a cluster with ACLs the controller acts with tokens of its own.
+	// A token that cannot make them is refused before anything is written;
+	// they are made after the record, whose creation is create-only, so a
+	// concurrent submission of the name never touches the winner's.
 	creds, err := e.issuer(sw.Name)
 	if err != nil {
 		return err
 	}
-	if err := creds.Issue(); err != nil {
+	if err := creds.Check(); err != nil {
 		return err
 	}
 	rec := sweepjob.NewRecord(sw, e.ns, tmpl, path, string(source), f.Now())
-	rec.Vars, rec.VarFiles = o.vars, o.varFiles
+	rec.Vars, rec.VarFiles, rec.ControllerUser = o.vars, o.varFiles, user
 	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
 		Created: f.Now(), Updated: f.Now()}
 	if err := sweepjob.Create(ctx, e.consul, e.prefix, rec, st); err != nil {
-		if rerr := creds.Revoke(); rerr != nil {
-			return fmt.Errorf("%w; %v", err, rerr)
+		return err
+	}
+	if err := creds.Issue(); err != nil {
+		tree := sweepkv.SweepKey(e.prefix, e.ns, sw.Name) + "/"
+		if _, derr := e.consul.KV().DeleteTree(tree, (&consul.WriteOptions{}).WithContext(ctx)); derr != nil {
+			return fmt.Errorf("%w; removing the sweep's record %s: %v", err, tree, derr)
 		}
 		return err
 	}
@@ -275,11 +288,24 @@ func controllerBinary(flag string) (string, error) {
 
 // controllerSpec is the controller job of sw: how it reaches Nomad and
 // Consul is how this CLI does (addresses and TLS files, no token).
-func controllerSpec(sw *spec.Sweep, e *env, binary string) render.Controller {
+func controllerSpec(sw *spec.Sweep, e *env, binary, user string) render.Controller {
 	c := controllerEnv(e, sw.Name)
-	c.JobID, c.Sweep, c.Namespace, c.Binary = controller.ControllerJobID(sw.Name), sw.Name, e.ns, binary
+	c.JobID, c.Sweep, c.Namespace, c.Binary, c.User = controller.ControllerJobID(sw.Name), sw.Name, e.ns, binary, user
 	c.Datacenters, c.NodePool = sw.Template.Datacenters, sw.Template.NodePool
 	return c
+}
+
+// controllerUser is the user the controller runs as: flag, else, with
+// ACLs, a user no workload runs as (the controller holds tokens), else
+// nobody.
+func controllerUser(flag string, e *env) string {
+	switch {
+	case flag != "":
+		return flag
+	case e.acl.Any():
+		return sweepcreds.ControllerUser
+	}
+	return render.ControllerUser
 }
 
 // controllerEnv is how the controller reaches Nomad and Consul: as this

@@ -77,6 +77,15 @@ func (e *env) detectACL() error {
 	return nil
 }
 
+// credentials detects whether the clusters enforce ACLs and returns the
+// issuer of sweep name's controller credentials.
+func (e *env) credentials(name string) (*sweepcreds.Issuer, error) {
+	if err := e.detectACL(); err != nil {
+		return nil, err
+	}
+	return e.issuer(name)
+}
+
 // issuer issues and revokes the credentials of sweep name's controller.
 // The Consul TLS files the CLI uses are read here, to be handed over.
 func (e *env) issuer(name string) (*sweepcreds.Issuer, error) {

@@ -3,6 +3,7 @@ package sweep
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -188,7 +189,8 @@ func TestSubmitWithACLsIssuesTheControllersOwnToken(t *testing.T) {
 			ctlHCL = src
 		}
 	}
-	for _, want := range []string{"identity {", "file = true", `GPUJOB_SWEEP_CREDENTIALS = "nomad/jobs/acl-controller"`, `NOMAD_CACERT             = ""`} {
+	for _, want := range []string{"identity {", "file = true", `GPUJOB_SWEEP_CREDENTIALS = "nomad/jobs/acl-controller"`, `NOMAD_CACERT             = ""`,
+		`user         = "gpujob-sweep"`} {
 		if !strings.Contains(ctlHCL, want) {
 			t.Errorf("controller jobspec lacks %s:\n%s", want, ctlHCL)
 		}
@@ -420,5 +422,24 @@ func TestReportDrawsTheTrialsCurves(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 700 {
 		t.Errorf("size %v", b)
+	}
+}
+
+// Credentials that fail half-way leave neither credentials nor a record.
+func TestSubmitWithACLsUndoesAFailedIssue(t *testing.T) {
+	c := consulClient(t)
+	f, _ := newFake()
+	f.SetACLEnabled(true)
+	t.Setenv("GPUJOB_CONTROLLER_BINARY", "/opt/gpujob/bin/gpujob")
+	f.Fail("PutVariable", errors.New("writing variable: Unexpected response code: 500 (raft apply failed)"))
+	_, err := execute(t, c, f, "submit", "--detach", writeSpec(t, "aclhalf"))
+	if err == nil || !strings.Contains(err.Error(), "raft apply failed") {
+		t.Fatalf("want the variable's failure, got %v", err)
+	}
+	if len(f.Registered) != 0 || len(f.ACLPolicies()) != 0 || len(f.Tokens()) != 0 {
+		t.Errorf("left: jobs %d, policies %v, tokens %v", len(f.Registered), f.ACLPolicies(), f.Tokens())
+	}
+	if keys, _, _ := c.KV().Keys(sweepkv.SweepKey(sweepkv.DefaultPrefix, "default", "aclhalf")+"/", "", nil); len(keys) != 0 {
+		t.Errorf("the failed submission left its record: %v", keys)
 	}
 }
