@@ -78,6 +78,16 @@ func TestSweepWithACLsAndTLS(t *testing.T) {
 		t.Fatalf("sweep submit exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 
+	// A gpujob user who is no ACL administrator follows the sweep with
+	// the submit policy's Nomad token and the sweeps policy's Consul token.
+	out, errOut, code = c.gpujobEnv(t, c.secureSweepEnv(secrets["nomad-submit"], secrets["consul-sweeps"]), time.Minute,
+		"sweep", "status", "-json", name)
+	var doc sweepDoc
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc.Status != "completed" || len(doc.Trials) != 3 {
+		t.Errorf("sweep status with the user's tokens: exit %d, %+v\n%s%s", code, doc, out, errOut)
+	}
+	everything.WriteString(out + errOut)
+
 	// The controller's credentials, as it reads them.
 	v, _, err := c.nomad.Variables().Read(sweepcreds.VariablePath(name+"-controller"), nil)
 	if err != nil {

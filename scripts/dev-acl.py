@@ -7,7 +7,7 @@
       policies of jobspecs/acl/, and creates each token with the secret
       dev-up made for it: the agents' own (a node identity each; NODE... are
       the agents' node names, in the order of their secrets), the Nomad
-      agents', the task driver's.
+      agents', the task driver's, a gpujob user's for sweeps.
   dev-acl.py nomad STATE_DIR NOMAD_URL REPO
       Bootstraps Nomad's ACLs with the management secret dev-up made,
       applies the Nomad policies of jobspecs/acl/, and creates the submit
@@ -91,6 +91,7 @@ def consul(state, url, repo, nodes):
     policies = {
         "gpujob-driver": ("consul-gpujob-driver.hcl", "gpujob task driver: the supervisors' rendezvous"),
         "gpujob-nomad-agent": ("consul-nomad-agent.hcl", "Nomad agents' Consul integration"),
+        "gpujob-sweeps": ("consul-gpujob-sweeps.hcl", "gpujob user: sweep status, best, report, stop"),
     }
     for name, (path, desc) in policies.items():
         rules = read(os.path.join(repo, "jobspecs", "acl", path))
@@ -109,6 +110,7 @@ def consul(state, url, repo, nodes):
     for secret_name, policy, desc in [
         ("consul-nomad", "gpujob-nomad-agent", "Nomad agents (consul { token })"),
         ("consul-driver", "gpujob-driver", "gpujob task driver (plugin consul { token })"),
+        ("consul-sweeps", "gpujob-sweeps", "gpujob user: sweeps (CONSUL_HTTP_TOKEN)"),
     ]:
         api.retry("creating the Consul token " + secret_name, "PUT", "/v1/acl/token", {
             "SecretID": read(os.path.join(secrets, secret_name + ".token")),

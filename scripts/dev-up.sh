@@ -459,6 +459,8 @@ if ((acl)); then
 	((consul_servers == 1)) || save_secret consul-agent-client "$(new_secret)"
 	save_secret consul-nomad "$(new_secret)"
 	save_secret consul-driver "$(new_secret)"
+	# A gpujob user's Consul token for sweeps (status, best, stop).
+	save_secret consul-sweeps "$(new_secret)"
 	# Nomad's bootstrap token; the submit and read-only tokens are made by
 	# Nomad (scripts/dev-acl.py saves them).
 	save_secret nomad-management "$(new_secret)"
