@@ -73,6 +73,9 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	// metric lines and obeys the trial's stop request (supervisor/trial.go).
 	"sweep": hclspec.NewAttr("sweep", "string", false),
 	"trial": hclspec.NewAttr("trial", "string", false),
+	// A service replica: one process on its own, no rendezvous, no
+	// Consul; Nomad restarts it and Consul checks it (spec.go).
+	"service": hclspec.NewAttr("service", "bool", false),
 })
 
 // Config is the decoded plugin configuration.
@@ -117,6 +120,8 @@ type TaskConfig struct {
 	// Sweep and Trial make the task a trial of a sweep (reportSpec).
 	Sweep string `codec:"sweep"`
 	Trial string `codec:"trial"`
+	// Service makes the task a service replica (buildSpec).
+	Service bool `codec:"service"`
 }
 
 // envMap merges the env maps.

@@ -40,6 +40,11 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	if tc.Command == "" {
 		return nil, fmt.Errorf("command: must not be empty")
 	}
+	if tc.Service {
+		if err := checkService(tc); err != nil {
+			return nil, err
+		}
+	}
 	rdv := tc.Rendezvous
 	if rdv == nil {
 		rdv = &RendezvousConfig{}
@@ -68,6 +73,10 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	}
 	if nproc == 0 {
 		nproc = gpuCount(cfg)
+		if tc.Service {
+			// A replica is one server process with all the task's GPUs.
+			nproc = 1
+		}
 	}
 	logPrefix := nproc > 1
 	if tc.LogPrefix != nil {
@@ -127,6 +136,14 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	if err != nil {
 		return nil, err
 	}
+	maxRestarts := tc.MaxRestarts
+	if tc.Service {
+		// A replica needs no Consul of the driver's (Nomad registers and
+		// checks it), so its supervisor gets no address and no token; and
+		// it restarts through Nomad's restart policy, so that Consul and
+		// the gateway see it go and come back.
+		consul, maxRestarts = supervisor.ConsulSpec{}, 0
+	}
 	report, err := reportSpec(cfg, tc, pc)
 	if err != nil {
 		return nil, err
@@ -149,7 +166,7 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		Max:              max,
 		JoinTimeout:      supervisor.Duration(join),
 		LastCall:         supervisor.Duration(lastCall),
-		MaxRestarts:      tc.MaxRestarts,
+		MaxRestarts:      maxRestarts,
 		CheckpointDir:    ckpt,
 		StopGrace:        supervisor.Duration(defaultStopGrace),
 		Consul:           consul,
@@ -157,8 +174,26 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 		GroupsFile:       filepath.Join(private, groupsFileName),
 		StopDeadlineFile: filepath.Join(private, stopDeadlineFileName),
 		Report:           report,
+		Solo:             tc.Service,
 	}
 	return s, s.Validate()
+}
+
+// checkService refuses what a service replica cannot have: it joins no
+// group, so a rendezvous block, a sweep trial or several processes would be
+// silently meaningless.
+func checkService(tc *TaskConfig) error {
+	switch {
+	case tc.Rendezvous != nil:
+		return fmt.Errorf("service: a service replica joins no rendezvous; remove the rendezvous block")
+	case tc.Sweep != "" || tc.Trial != "":
+		return fmt.Errorf("service: a service replica cannot be a sweep's trial; remove sweep and trial")
+	case tc.NProcPerNode > 1:
+		return fmt.Errorf("service: a service replica runs one process (nproc_per_node = %d); run more replicas instead", tc.NProcPerNode)
+	case tc.ContainerTask != "":
+		return fmt.Errorf("service: container service replicas are not supported yet; remove container_task")
+	}
+	return nil
 }
 
 // reportSpec is a sweep trial's records, nil for a task that is no trial.

@@ -327,3 +327,40 @@ func TestTaskNameMustBeItsOwnDirectory(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildSpecServiceReplica(t *testing.T) {
+	pc := pluginCfg(t)
+	pc.Consul = &ConsulConfig{Address: "10.0.0.1:8500", Token: "secret-token"}
+	tc := &TaskConfig{Command: "/usr/bin/python3", Args: []string{"serve.py"}, MaxRestarts: 3, Service: true}
+	s, err := buildSpec(taskCfg(), tc, pc, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Solo || s.Min != 1 || s.Max != 1 {
+		t.Errorf("solo %v, nnodes %d:%d; want a solo group of one", s.Solo, s.Min, s.Max)
+	}
+	if s.NProcPerNode != 1 {
+		t.Errorf("nproc %d with 3 GPUs; a replica is one process", s.NProcPerNode)
+	}
+	if s.MaxRestarts != 0 {
+		t.Errorf("max restarts %d; a replica restarts through Nomad", s.MaxRestarts)
+	}
+	if s.Consul.Address != "" || s.Consul.Token != "" {
+		t.Errorf("a replica's supervisor got Consul %+v; it needs none", s.Consul)
+	}
+
+	for _, c := range []struct {
+		name string
+		tc   TaskConfig
+		want string
+	}{
+		{"rendezvous", TaskConfig{Command: "x", Service: true, Rendezvous: &RendezvousConfig{}}, "rendezvous"},
+		{"trial", TaskConfig{Command: "x", Service: true, Sweep: "s", Trial: "t"}, "trial"},
+		{"nproc", TaskConfig{Command: "x", Service: true, NProcPerNode: 2}, "one process"},
+		{"container", TaskConfig{Command: "x", Service: true, ContainerTask: "c"}, "container"},
+	} {
+		if _, err := buildSpec(taskCfg(), &c.tc, pc, noEnv); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error about %q", c.name, err, c.want)
+		}
+	}
+}

@@ -28,6 +28,7 @@ const (
 	CapReadJob   = "read-job"
 	CapListJobs  = "list-jobs"
 	CapReadLogs  = "read-logs"
+	CapScaleJob  = "scale-job"
 )
 
 func (n Need) String() string {

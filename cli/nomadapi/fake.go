@@ -49,6 +49,11 @@ type Fake struct {
 	vars       map[string]*api.Variable // by path
 	tokenNo    int
 
+	// Services (fake_service.go): every registered version of a job,
+	// oldest first, and the deployments SetDeployment gave.
+	history     map[string][]*api.Job
+	deployments map[string]*api.Deployment
+
 	// OnBlock, when set, is called (without the fake's lock held) when a
 	// blocking query would block; query is the method's name and index the
 	// current index. It may change the fake's state.
@@ -352,6 +357,10 @@ func (f *Fake) Register(job *api.Job) (*api.JobRegisterResponse, error) {
 	}
 	f.Registered = append(f.Registered, clone(job))
 	f.jobs[*j.ID] = j
+	if f.history == nil {
+		f.history = map[string][]*api.Job{}
+	}
+	f.history[*j.ID] = append(f.history[*j.ID], clone(j))
 	f.bumpLocked()
 	return &api.JobRegisterResponse{EvalID: f.newEvalLocked(*j.ID), JobModifyIndex: f.index}, nil
 }

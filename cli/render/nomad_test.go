@@ -217,6 +217,9 @@ func TestNomadJobValidate(t *testing.T) {
 		t.Fatalf("no sweep jobspecs in %s (%v): go test ./cli/command/sweep -run TestGolden -update", renderedDir, err)
 	}
 	goldens = append(goldens, sweeps...)
+	for _, p := range serviceExamples(t) {
+		goldens = append(goldens, goldenPath(p))
+	}
 	for _, golden := range goldens {
 		t.Run(filepath.Base(golden), func(t *testing.T) {
 			cmd := exec.Command(bin, "job", "validate", "-no-color", golden)

@@ -362,28 +362,34 @@ func artifacts(task *hclwrite.Body, t *spec.Train) {
 // memory (with shm on the host, whose /dev/shm pages are charged to the
 // task) and the GPUs with their constraints.
 func memberResources(task *hclwrite.Body, t *spec.Train) {
+	resources(task, t.Resources.CPU, t.MemberMemoryMiB(), t.GPUsPerWorker, t.GPU)
+}
+
+// resources writes a task's resources block: cpu, memory and gpus GPUs
+// under the gpu block's constraints (nil: none).
+func resources(task *hclwrite.Body, cpu, memoryMiB, gpus int, gpu *spec.GPU) {
 	task.AppendNewline()
 	res := task.AppendNewBlock("resources", nil).Body()
-	res.SetAttributeValue("cpu", cty.NumberIntVal(int64(t.Resources.CPU)))
-	res.SetAttributeValue("memory", cty.NumberIntVal(int64(t.MemberMemoryMiB())))
-	if t.GPUsPerWorker == 0 {
+	res.SetAttributeValue("cpu", cty.NumberIntVal(int64(cpu)))
+	res.SetAttributeValue("memory", cty.NumberIntVal(int64(memoryMiB)))
+	if gpus == 0 {
 		return
 	}
 	res.AppendNewline()
 	dev := res.AppendNewBlock("device", []string{Device}).Body()
-	dev.SetAttributeValue("count", cty.NumberIntVal(int64(t.GPUsPerWorker)))
-	if t.GPU != nil && t.GPU.Model != "" {
+	dev.SetAttributeValue("count", cty.NumberIntVal(int64(gpus)))
+	if gpu != nil && gpu.Model != "" {
 		dev.AppendNewline()
 		c := dev.AppendNewBlock("constraint", nil).Body()
 		c.SetAttributeRaw("attribute", interpolation("device", "model"))
-		c.SetAttributeValue("value", cty.StringVal(t.GPU.Model))
+		c.SetAttributeValue("value", cty.StringVal(gpu.Model))
 	}
-	if t.GPU != nil && t.GPU.MinMemoryMiB > 0 {
+	if gpu != nil && gpu.MinMemoryMiB > 0 {
 		dev.AppendNewline()
 		c := dev.AppendNewBlock("constraint", nil).Body()
 		c.SetAttributeRaw("attribute", interpolation("device", "attr", "memory"))
 		c.SetAttributeValue("operator", cty.StringVal(">="))
-		c.SetAttributeValue("value", cty.StringVal(Memory(t.GPU.MinMemoryMiB)))
+		c.SetAttributeValue("value", cty.StringVal(Memory(gpu.MinMemoryMiB)))
 	}
 }
 

@@ -29,8 +29,9 @@ func examples(t testing.TB) []string {
 	}
 	var out []string
 	for _, p := range all {
-		// sweep-*.hcl are sweep specs: cli/command/sweep renders them.
-		if !strings.HasSuffix(p, ".nomad.hcl") && !strings.HasPrefix(filepath.Base(p), "sweep-") {
+		// sweep-*.hcl are sweep specs: cli/command/sweep renders them;
+		// serve-*.hcl are service specs (serviceExamples).
+		if !strings.HasSuffix(p, ".nomad.hcl") && !strings.HasPrefix(filepath.Base(p), "sweep-") && !strings.HasPrefix(filepath.Base(p), "serve-") {
 			out = append(out, p)
 		}
 	}
@@ -87,7 +88,7 @@ func TestGolden(t *testing.T) {
 	rendered, _ := filepath.Glob(filepath.Join(renderedDir, "*.nomad.hcl"))
 	for _, r := range rendered {
 		// sweep-* are cli/command/sweep's (its TestGolden checks them).
-		if !seen[filepath.Base(r)] && !strings.HasPrefix(filepath.Base(r), "sweep-") {
+		if !seen[filepath.Base(r)] && !strings.HasPrefix(filepath.Base(r), "sweep-") && !strings.HasPrefix(filepath.Base(r), "serve-") {
 			t.Errorf("%s has no spec in %s: remove it", r, examplesDir)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,8 +27,12 @@ var fileSchema = &hcl.BodySchema{
 		{Type: "variable", LabelNames: []string{"name"}},
 		{Type: "train", LabelNames: []string{"name"}},
 		{Type: "sweep", LabelNames: []string{"name"}},
+		{Type: "service", LabelNames: []string{"name"}},
 	},
 }
+
+// specKinds are the top-level blocks a spec file holds exactly one of.
+var specKinds = []string{"train", "sweep", "service"}
 
 var trainSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
@@ -204,22 +209,26 @@ func readFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options,
 				continue
 			}
 			vars[v.name] = v
-		case "train", "sweep":
+		case "train", "sweep", "service":
 			blocks[b.Type] = append(blocks[b.Type], b)
 		}
 	}
-	other := "sweep"
-	if kind == "sweep" {
-		other = "train"
+	// The blocks of the other kinds, in source order.
+	var others []*hcl.Block
+	for _, b := range content.Blocks {
+		if b.Type != kind && len(blocks[b.Type]) > 0 && b.Type != "variable" {
+			others = append(others, b)
+		}
 	}
 	found := blocks[kind]
 	switch {
-	case len(found) == 0 && len(blocks[other]) > 0:
+	case len(found) == 0 && len(others) > 0:
+		other := others[0].Type
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  fmt.Sprintf("A %s spec where a %s spec is expected", other, kind),
 			Detail:   fmt.Sprintf(`This file holds a %s block, not a %s "<name>" { … } block; this command reads %s specs only.`, other, kind, kind),
-			Subject:  blocks[other][0].DefRange.Ptr(),
+			Subject:  others[0].DefRange.Ptr(),
 		})
 	case len(found) == 0:
 		rng := f.Body.MissingItemRange()
@@ -238,11 +247,11 @@ func readFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options,
 				Subject:  b.DefRange.Ptr(),
 			})
 		}
-		for _, b := range blocks[other] {
+		for _, b := range others {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
-				Summary:  "Both train and sweep blocks",
-				Detail:   fmt.Sprintf("A spec holds one train block or one sweep block, not both; the %s block is at %s. Put each in its own file.", kind, found[0].DefRange),
+				Summary:  fmt.Sprintf("Both %s and %s blocks", pairInOrder(kind, b.Type)...),
+				Detail:   fmt.Sprintf("A spec holds one train, sweep or service block, not several kinds; the %s block is at %s. Put each in its own file.", kind, found[0].DefRange),
 				Subject:  b.DefRange.Ptr(),
 			})
 		}
@@ -254,6 +263,15 @@ func readFile(p *hclparse.Parser, f *hcl.File, diags hcl.Diagnostics, o Options,
 		return nil, diags
 	}
 	return &specFile{file: f, varObj: varObj, block: found[0]}, diags
+}
+
+// pairInOrder returns two kinds in specKinds' order, so a message names
+// them the same way whichever the command reads.
+func pairInOrder(a, b string) []any {
+	if slices.Index(specKinds, a) > slices.Index(specKinds, b) {
+		a, b = b, a
+	}
+	return []any{a, b}
 }
 
 // decoder evaluates attributes, remembering their ranges and collecting
@@ -447,13 +465,7 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 		}
 	}
 	d.strList("args", at["args"], &t.Args)
-	if d.strMap("env", at["env"], &t.Env) {
-		for _, k := range sortedKeys(t.Env) {
-			if !validEnvName.MatchString(k) {
-				d.errorf(at["env"].Expr.Range(), "Invalid env", "%q is not an environment variable name (letters, digits and underscores, not starting with a digit).", k)
-			}
-		}
-	}
+	d.env(at["env"], &t.Env)
 	if a := at["preload"]; a != nil && d.strList("preload", a, &t.Preload) && len(t.Preload) > 0 {
 		for _, m := range t.Preload {
 			if !pylaunch.Module(m) {
@@ -499,33 +511,7 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 			t.RendezvousTimeout = dur
 		}
 	}
-	if d.strList("datacenters", at["datacenters"], &t.Datacenters) {
-		if len(t.Datacenters) == 0 {
-			d.errorf(at["datacenters"].Expr.Range(), "Invalid datacenters", `datacenters needs at least one datacenter; ["*"] means all.`)
-		}
-		for _, dc := range t.Datacenters {
-			if dc == "" {
-				d.errorf(at["datacenters"].Expr.Range(), "Invalid datacenters", "a datacenter name may not be empty.")
-				break
-			}
-		}
-	}
-	if d.str("node_pool", at["node_pool"], &t.NodePool) && !validNodePool.MatchString(t.NodePool) {
-		d.errorf(at["node_pool"].Expr.Range(), "Invalid node_pool", "%q is not a node pool name: 1 to 128 letters, digits, dashes and underscores.", t.NodePool)
-	}
-	if d.str("namespace", at["namespace"], &t.Namespace) && !validNamespace.MatchString(t.Namespace) {
-		d.errorf(at["namespace"].Expr.Range(), "Invalid namespace", "%q is not a namespace name: 1 to 128 letters, digits and dashes.", t.Namespace)
-	}
-	if d.int("priority", at["priority"], &t.Priority) && (t.Priority < MinPriority || t.Priority > MaxPriority) {
-		d.errorf(at["priority"].Expr.Range(), "Invalid priority", "priority must be between %d and %d, got %d.", MinPriority, MaxPriority, t.Priority)
-	}
-	if d.strMap("meta", at["meta"], &t.Meta) {
-		for _, k := range sortedKeys(t.Meta) {
-			if k == "gpujob" || strings.HasPrefix(k, "gpujob_") {
-				d.errorf(at["meta"].Expr.Range(), "Reserved meta key", "meta key %q: gpujob and gpujob_* are set by gpujob itself (%s, …); choose another name.", k, strings.Join(reservedMeta, ", "))
-			}
-		}
-	}
+	d.placement(at, &t.Datacenters, &t.NodePool, &t.Namespace, &t.Priority, &t.Meta)
 
 	for _, blk := range c.Blocks {
 		if blk.Type == "artifact" {
@@ -533,43 +519,10 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 		}
 	}
 	if blk := d.singleBlock(c.Blocks, "resources"); blk != nil {
-		d.attrs["resources"] = blk.DefRange
-		rc := d.content(blk, resourcesSchema)
-		for _, f := range []struct {
-			name string
-			dst  *int
-			min  int
-			why  string
-		}{
-			{"cpu", &t.Resources.CPU, MinCPU, "MHz"},
-			{"memory", &t.Resources.MemoryMiB, MinMemoryMiB, "MiB (Nomad's minimum)"},
-			{"shm", &t.Resources.ShmMiB, 0, "MiB"},
-		} {
-			a := rc.Attributes[f.name]
-			if d.int("resources."+f.name, a, f.dst) && *f.dst < f.min {
-				d.errorf(a.Expr.Range(), "Invalid resources."+f.name, "resources.%s must be at least %d %s, got %d.", f.name, f.min, f.why, *f.dst)
-			}
-		}
+		d.resources(blk, &t.Resources)
 	}
 	if blk := d.singleBlock(c.Blocks, "gpu"); blk != nil {
-		d.attrs["gpu"] = blk.DefRange
-		gc := d.content(blk, gpuSchema)
-		g := &GPU{}
-		if d.str("gpu.model", gc.Attributes["model"], &g.Model) && g.Model == "" {
-			d.errorf(gc.Attributes["model"].Expr.Range(), "Invalid gpu.model", "model may not be empty; leave it out to accept any model.")
-		}
-		var mem string
-		if d.str("gpu.min_memory", gc.Attributes["min_memory"], &mem) {
-			mib, err := ParseMemory(mem)
-			if err != nil {
-				d.errorf(gc.Attributes["min_memory"].Expr.Range(), "Invalid gpu.min_memory", "%s.", err)
-			}
-			g.MinMemoryMiB = mib
-		}
-		t.GPU = g
-		if t.GPUsPerWorker == 0 {
-			d.errorf(blk.DefRange, "GPU constraints on a CPU job", "The gpu block constrains GPUs, but gpus_per_worker = 0 asks for none: remove the block or ask for GPUs.")
-		}
+		t.GPU = d.gpu(blk, t.GPUsPerWorker, "gpus_per_worker")
 	}
 	if blk := d.singleBlock(c.Blocks, "checkpoint"); blk != nil {
 		d.attrs["checkpoint"] = blk.DefRange
@@ -586,6 +539,112 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 	t.Ranges.Workers = t.Ranges.Of("workers")
 	t.Ranges.GPUsPerWorker = t.Ranges.Of("gpus_per_worker")
 	return t, d.diags
+}
+
+// env decodes an env map, refusing names that are no variable's.
+func (d *decoder) env(a *hcl.Attribute, dst *map[string]string) {
+	if d.strMap("env", a, dst) {
+		for _, k := range sortedKeys(*dst) {
+			if !validEnvName.MatchString(k) {
+				d.errorf(a.Expr.Range(), "Invalid env", "%q is not an environment variable name (letters, digits and underscores, not starting with a digit).", k)
+			}
+		}
+	}
+}
+
+// placement decodes where and how a job is placed: datacenters, node_pool,
+// namespace, priority and meta.
+func (d *decoder) placement(at hcl.Attributes, dcs *[]string, pool, ns *string, prio *int, meta *map[string]string) {
+	if d.strList("datacenters", at["datacenters"], dcs) {
+		if len(*dcs) == 0 {
+			d.errorf(at["datacenters"].Expr.Range(), "Invalid datacenters", `datacenters needs at least one datacenter; ["*"] means all.`)
+		}
+		for _, dc := range *dcs {
+			if dc == "" {
+				d.errorf(at["datacenters"].Expr.Range(), "Invalid datacenters", "a datacenter name may not be empty.")
+				break
+			}
+		}
+	}
+	if d.str("node_pool", at["node_pool"], pool) && !validNodePool.MatchString(*pool) {
+		d.errorf(at["node_pool"].Expr.Range(), "Invalid node_pool", "%q is not a node pool name: 1 to 128 letters, digits, dashes and underscores.", *pool)
+	}
+	if d.str("namespace", at["namespace"], ns) && !validNamespace.MatchString(*ns) {
+		d.errorf(at["namespace"].Expr.Range(), "Invalid namespace", "%q is not a namespace name: 1 to 128 letters, digits and dashes.", *ns)
+	}
+	if d.int("priority", at["priority"], prio) && (*prio < MinPriority || *prio > MaxPriority) {
+		d.errorf(at["priority"].Expr.Range(), "Invalid priority", "priority must be between %d and %d, got %d.", MinPriority, MaxPriority, *prio)
+	}
+	if d.strMap("meta", at["meta"], meta) {
+		for _, k := range sortedKeys(*meta) {
+			if k == "gpujob" || strings.HasPrefix(k, "gpujob_") {
+				d.errorf(at["meta"].Expr.Range(), "Reserved meta key", "meta key %q: gpujob and gpujob_* are set by gpujob itself (%s, …); choose another name.", k, strings.Join(reservedMeta, ", "))
+			}
+		}
+	}
+}
+
+// resources decodes a resources block into dst (which holds the defaults).
+func (d *decoder) resources(blk *hcl.Block, dst *Resources) {
+	d.attrs["resources"] = blk.DefRange
+	rc := d.content(blk, resourcesSchema)
+	for _, f := range []struct {
+		name string
+		dst  *int
+		min  int
+		why  string
+	}{
+		{"cpu", &dst.CPU, MinCPU, "MHz"},
+		{"memory", &dst.MemoryMiB, MinMemoryMiB, "MiB (Nomad's minimum)"},
+		{"shm", &dst.ShmMiB, 0, "MiB"},
+	} {
+		a := rc.Attributes[f.name]
+		if d.int("resources."+f.name, a, f.dst) && *f.dst < f.min {
+			d.errorf(a.Expr.Range(), "Invalid resources."+f.name, "resources.%s must be at least %d %s, got %d.", f.name, f.min, f.why, *f.dst)
+		}
+	}
+}
+
+// gpu decodes a gpu block; gpus is how many GPUs the job asks for, in the
+// attribute countAttr.
+func (d *decoder) gpu(blk *hcl.Block, gpus int, countAttr string) *GPU {
+	d.attrs["gpu"] = blk.DefRange
+	gc := d.content(blk, gpuSchema)
+	g := &GPU{}
+	if d.str("gpu.model", gc.Attributes["model"], &g.Model) && g.Model == "" {
+		d.errorf(gc.Attributes["model"].Expr.Range(), "Invalid gpu.model", "model may not be empty; leave it out to accept any model.")
+	}
+	var mem string
+	if d.str("gpu.min_memory", gc.Attributes["min_memory"], &mem) {
+		mib, err := ParseMemory(mem)
+		if err != nil {
+			d.errorf(gc.Attributes["min_memory"].Expr.Range(), "Invalid gpu.min_memory", "%s.", err)
+		}
+		g.MinMemoryMiB = mib
+	}
+	if gpus == 0 {
+		d.errorf(blk.DefRange, "GPU constraints on a CPU job", "The gpu block constrains GPUs, but %s = 0 asks for none: remove the block or ask for GPUs.", countAttr)
+	}
+	return g
+}
+
+// duration decodes a positive duration (or zero when zeroOK).
+func (d *decoder) duration(path string, a *hcl.Attribute, dst *time.Duration, zeroOK bool) bool {
+	var s string
+	if !d.str(path, a, &s) {
+		return false
+	}
+	dur, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s %q is not a duration: use a number and a unit, e.g. \"90s\", \"5m\", \"1h\".", path, s)
+	case dur < 0 || dur == 0 && !zeroOK:
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s must be positive, got %q.", path, s)
+	default:
+		*dst = dur
+		return true
+	}
+	return false
 }
 
 // checkJobName reports a train or sweep (kind) name that is not its own

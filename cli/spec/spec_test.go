@@ -577,6 +577,9 @@ func TestExamples(t *testing.T) {
 		if strings.HasPrefix(filepath.Base(p), "sweep-") {
 			parse = func() hcl.Diagnostics { _, d := spec.ParseSweepFile(p, spec.Options{}); return d }
 		}
+		if strings.HasPrefix(filepath.Base(p), "serve-") {
+			parse = func() hcl.Diagnostics { _, d := spec.ParseServiceFile(p, spec.Options{}); return d }
+		}
 		if diags := parse(); diags.HasErrors() {
 			t.Errorf("%s:\n%s", p, spec.Format(diags, nil))
 		}

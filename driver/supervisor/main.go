@@ -58,6 +58,9 @@ func Main(specPath string) int {
 		}
 		defer cleanup()
 	}
+	if spec.Solo {
+		return runSolo(ctx, spec, forward)
+	}
 	client, err := consulClient(spec.Consul)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
@@ -139,6 +142,22 @@ func Main(specPath string) int {
 	}()
 	code = sup.Run(ctx)
 	return code
+}
+
+// runSolo runs a member that joins no group (a service replica): no Consul,
+// nothing to leave.
+func runSolo(ctx context.Context, spec *Spec, forward <-chan os.Signal) int {
+	sup, err := New(spec, newSolo(spec), os.Environ(), os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+		return 1
+	}
+	go func() {
+		for sig := range forward {
+			sup.Signal(sig.(syscall.Signal))
+		}
+	}()
+	return sup.Run(ctx)
 }
 
 // CheckConsul asks Consul for its leader: the driver's health check that the

@@ -67,6 +67,10 @@ type Spec struct {
 	// when Nomad stops the task without the driver recording a deadline.
 	StopGrace Duration `json:"stop_grace"`
 
+	// Solo runs the member on its own: a service replica, which joins no
+	// rendezvous and needs no Consul (solo.go). Min and Max are then 1.
+	Solo bool `json:"solo,omitempty"`
+
 	Consul ConsulSpec `json:"consul"`
 	// EventsFile receives one JSON line per milestone; the driver turns
 	// them into Nomad task events.
@@ -157,6 +161,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("run and member IDs are required")
 	case s.Self.Addr == "":
 		return fmt.Errorf("member address is empty")
+	case s.Solo && (s.Max != 1 || s.Report != nil):
+		return fmt.Errorf("a solo member is a group of one and no trial")
 	// The rendezvous refuses more; here the job's author hears which field.
 	case s.NProcPerNode > rendezvous.MaxLocalWorldSize:
 		return fmt.Errorf("nproc_per_node must be at most %d, got %d", rendezvous.MaxLocalWorldSize, s.NProcPerNode)

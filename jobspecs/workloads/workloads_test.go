@@ -14,6 +14,8 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -415,4 +418,440 @@ func TestBertMetricLines(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ---------------------------------------------------------------- serve.py
+
+// served is a running serve.py: its base URL, its stderr so far and, once it
+// has exited, its exit code.
+type served struct {
+	url    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	mu     sync.Mutex
+	errb   strings.Builder
+}
+
+func (s *served) stderr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.errb.String()
+}
+
+// startServe starts serve.py with the given extra environment and options
+// (they must pick the port: PORT=0 or --port 0) and returns once its
+// "serve: listening on" line is out, so the port is open. The process is
+// killed when the test ends.
+func startServe(t *testing.T, env []string, args ...string) *served {
+	t.Helper()
+	c := exec.Command(python, append([]string{script("serve.py")}, args...)...)
+	c.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "OMP_NUM_THREADS=1",
+		"PYTHONDONTWRITEBYTECODE=1"}, env...)
+	pipe, err := c.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &served{cmd: c, exited: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			l := sc.Text()
+			s.mu.Lock()
+			s.errb.WriteString(l + "\n")
+			s.mu.Unlock()
+			if rest, isListen := strings.CutPrefix(l, "serve: listening on "); isListen {
+				addr <- strings.Fields(rest)[0]
+			}
+		}
+		c.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		c.Process.Kill()
+		<-s.exited
+	})
+	select {
+	case a := <-addr:
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatalf("listening line address %q: %v", a, err)
+		}
+		s.url = "http://127.0.0.1:" + port
+	case <-s.exited:
+		t.Fatalf("serve.py %v exited %d before listening:\n%s", args, c.ProcessState.ExitCode(), s.stderr())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve.py %v did not listen within 30 s:\n%s", args, s.stderr())
+	}
+	return s
+}
+
+var serveClient = &http.Client{Timeout: 20 * time.Second}
+
+// call sends one request and decodes the JSON object every response carries.
+func call(t *testing.T, method, url, body string) (int, http.Header, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := serveClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", method, url, err)
+	}
+	if resp.ContentLength != int64(len(raw)) {
+		t.Errorf("%s %s: Content-Length %d, body of %d bytes", method, url, resp.ContentLength, len(raw))
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s %s: %d, body %q is not a JSON object: %v", method, url, resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, resp.Header, m
+}
+
+// waitHealthy polls /healthz until it answers 200; a refused connection or a
+// status other than 503 before that fails the test.
+func waitHealthy(t *testing.T, s *served, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, _, m := call(t, "GET", s.url+"/healthz", "")
+		if code == 200 {
+			if m["status"] != "ok" {
+				t.Fatalf("/healthz 200 with %v", m)
+			}
+			return
+		}
+		if code != 503 || m["status"] != "loading" {
+			t.Fatalf("/healthz before healthy: %d %v", code, m)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not healthy within %v:\n%s", within, s.stderr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type prediction struct {
+	Label string
+	Score float64
+}
+
+// predict POSTs {"text": text} and checks the response's shape.
+func predict(t *testing.T, s *served, version, text string) prediction {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"text": text})
+	code, hdr, m := call(t, "POST", s.url+"/predict", string(body))
+	if code != 200 {
+		t.Fatalf("/predict %q: %d %v\n%s", text, code, m, s.stderr())
+	}
+	label, _ := m["label"].(string)
+	score, isNum := m["score"].(float64)
+	if label != "positive" && label != "negative" || !isNum || score < 0 || score > 1 ||
+		m["version"] != version || hdr.Get("X-Model-Version") != version {
+		t.Fatalf("/predict %q: %v, X-Model-Version %q; want a label, a score in [0,1] and version %q",
+			text, m, hdr.Get("X-Model-Version"), version)
+	}
+	if r, _ := m["replica"].(string); r == "" {
+		t.Errorf("/predict %q: no replica in %v", text, m)
+	}
+	return prediction{label, score}
+}
+
+// Sentences from bert_finetune.py's templates: clearly positive, clearly
+// negative, negated, contrasted, and with a name the vocabulary lacks.
+var serveTexts = []string{
+	"the movie was great",
+	"honestly , the acting was really wonderful !",
+	"the plot was terrible",
+	"this film felt extremely boring . would watch again",
+	"the ending was not good",
+	"the cast was dull , but the score was superb .",
+	"the lead by kasar77 seemed brilliant",
+}
+
+// TestServeCheckpoint: serve.py serves the checkpoint of a short
+// bert_finetune.py run: the labels, scores, version and replica are there,
+// an input scores the same every time (also alone vs. in a batch, and under
+// concurrent requests), two servers of the checkpoint agree exactly, and a
+// freshly initialised server with the training's options (its step-0 weights)
+// does not.
+func TestServeCheckpoint(t *testing.T) {
+	needTorch(t)
+	t.Parallel()
+	dir := t.TempDir()
+	ok(t, "bert_finetune.py", dir, 1, "--train-size", "256", "--eval-size", "50", "--steps", "8",
+		"--checkpoint-every", "0", "--eval-every", "0", "--log-every", "8")
+	a := startServe(t, []string{"PORT=0", "NOMAD_ALLOC_ID=alloc-a"}, "--checkpoint", dir, "--version", "v-test")
+	b := startServe(t, []string{"PORT=0", "GPUJOB_SERVICE_VERSION=v-test"}, "--checkpoint", dir)
+	fresh := startServe(t, []string{"GPUJOB_SERVICE_VERSION=v-fresh"}, "--port", "0", "--no-checkpoint",
+		"--train-args", "--train-size 256")
+	for _, s := range []*served{a, b, fresh} {
+		waitHealthy(t, s, 60*time.Second)
+	}
+	if !strings.Contains(a.stderr(), "serve: model loaded from "+filepath.Join(dir, "ckpt-000000008.pt")+" (step 8)") {
+		t.Errorf("no model-loaded line for the step-8 checkpoint:\n%s", a.stderr())
+	}
+	code, hdr, info := call(t, "GET", a.url+"/", "")
+	if code != 200 || info["loaded"] != true || info["step"] != 8.0 || info["replica"] != "alloc-a" ||
+		info["version"] != "v-test" || hdr.Get("X-Model-Version") != "v-test" {
+		t.Errorf("GET /: %d %v", code, info)
+	}
+
+	want := make([]prediction, len(serveTexts))
+	differs := false
+	for i, text := range serveTexts {
+		want[i] = predict(t, a, "v-test", text)
+		if again := predict(t, a, "v-test", text); again != want[i] {
+			t.Errorf("%q: %v, then %v", text, want[i], again)
+		}
+		if other := predict(t, b, "v-test", text); other != want[i] {
+			t.Errorf("%q: %v from one server of the checkpoint, %v from another", text, want[i], other)
+		}
+		f := predict(t, fresh, "v-fresh", text)
+		differs = differs || math.Abs(f.Score-want[i].Score) > 1e-4
+		t.Logf("%-50q %s %.4f (fresh: %s %.4f)", text, want[i].Label, want[i].Score, f.Label, f.Score)
+	}
+	if !differs {
+		t.Errorf("the freshly initialised model scores like the trained checkpoint")
+	}
+
+	// A batch scores like the texts one by one.
+	body, _ := json.Marshal(map[string][]string{"texts": serveTexts})
+	code, _, m := call(t, "POST", a.url+"/predict", string(body))
+	preds, _ := m["predictions"].([]any)
+	if code != 200 || len(preds) != len(serveTexts) || m["version"] != "v-test" || m["replica"] != "alloc-a" {
+		t.Fatalf("batch /predict: %d %v", code, m)
+	}
+	for i, p := range preds {
+		p, _ := p.(map[string]any)
+		if p["label"] != want[i].Label || math.Abs(p["score"].(float64)-want[i].Score) > 1e-5 {
+			t.Errorf("%q in a batch: %v, alone %v", serveTexts[i], p, want[i])
+		}
+	}
+
+	// Concurrent requests (one thread each on the server) get the same answers.
+	var wg sync.WaitGroup
+	got := make([][]prediction, 8)
+	for g := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2 * len(serveTexts) {
+				text := serveTexts[(g+i)%len(serveTexts)]
+				body, _ := json.Marshal(map[string]string{"text": text})
+				resp, err := serveClient.Post(a.url+"/predict", "application/json", strings.NewReader(string(body)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var p prediction
+				err = json.NewDecoder(resp.Body).Decode(&p)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 {
+					t.Errorf("concurrent /predict: %d %v", resp.StatusCode, err)
+					return
+				}
+				if p != want[(g+i)%len(serveTexts)] {
+					t.Errorf("concurrent /predict %q: %v, want %v", text, p, want[(g+i)%len(serveTexts)])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestServeLoadDelay: with --load-delay 2 the port is open at once; /healthz
+// answers 503 loading and /predict 503 until the model is loaded, then 200.
+func TestServeLoadDelay(t *testing.T) {
+	needTorch(t)
+	t.Parallel()
+	s := startServe(t, []string{"PORT=0"}, "--no-checkpoint", "--load-delay", "2", "--version", "v2")
+	listening := time.Now()
+	code, hdr, m := call(t, "GET", s.url+"/healthz", "")
+	if code != 503 || m["status"] != "loading" || hdr.Get("X-Model-Version") != "v2" {
+		t.Fatalf("/healthz right after listening: %d %v", code, m)
+	}
+	if code, _, m := call(t, "POST", s.url+"/predict", `{"text": "the movie was great"}`); code != 503 || m["error"] == nil {
+		t.Errorf("/predict while loading: %d %v", code, m)
+	}
+	if code, _, m := call(t, "GET", s.url+"/", ""); code != 200 || m["loaded"] != false {
+		t.Errorf("GET / while loading: %d %v", code, m)
+	}
+	waitHealthy(t, s, 60*time.Second)
+	if d := time.Since(listening); d < 1900*time.Millisecond {
+		t.Errorf("healthy %v after listening, before the 2 s load delay", d)
+	}
+	predict(t, s, "v2", "the plot was terrible")
+	if !strings.Contains(s.stderr(), "serve: model loaded from a fresh initialisation") {
+		t.Errorf("no model-loaded line:\n%s", s.stderr())
+	}
+}
+
+// TestServeBadInput: malformed requests get a JSON error (400, 404, 405)
+// on a connection that stays open; no port is exit 2.
+func TestServeBadInput(t *testing.T) {
+	needTorch(t)
+	t.Parallel()
+	c := exec.Command(python, script("serve.py"), "--no-checkpoint")
+	c.Env = []string{"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"}
+	if out, err := c.CombinedOutput(); c.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "PORT") {
+		t.Errorf("without $PORT or --port: %v\n%s", err, out)
+	}
+
+	s := startServe(t, []string{"PORT=0"}, "--no-checkpoint")
+	waitHealthy(t, s, 60*time.Second)
+	cl := &http.Client{Transport: &http.Transport{}, Timeout: 20 * time.Second} // its own connection pool
+	defer cl.CloseIdleConnections()
+	var conns int
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		if !i.Reused {
+			conns++
+		}
+	}}
+	for _, tc := range []struct {
+		method, path, body string
+		code               int
+	}{
+		{"POST", "/predict", `{"text": "the movie`, 400},
+		{"POST", "/predict", `not json`, 400},
+		{"POST", "/predict", `{}`, 400},
+		{"POST", "/predict", `{"txt": "the movie was great"}`, 400},
+		{"POST", "/predict", `{"text": 7}`, 400},
+		{"POST", "/predict", `{"texts": []}`, 400},
+		{"POST", "/predict", `{"texts": ["good", 1]}`, 400},
+		{"POST", "/predict", `["the movie was great"]`, 400},
+		{"POST", "/predict", `{"text": "the movie was great", "texts": ["good"]}`, 400},
+		{"GET", "/nope", "", 404},
+		{"POST", "/healthz/x", `{"text": "good"}`, 404},
+		{"GET", "/predict", "", 405},
+		{"POST", "/predict", `{"text": "the movie was great"}`, 200},
+	} {
+		var rd io.Reader
+		if tc.body != "" {
+			rd = strings.NewReader(tc.body)
+		}
+		req, _ := http.NewRequest(tc.method, s.url+tc.path, rd)
+		req = req.WithContext(httptrace.WithClientTrace(context.Background(), trace))
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s %s: %v", tc.method, tc.path, tc.body, err)
+		}
+		var m map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tc.code || (tc.code != 200) != (m["error"] != nil) ||
+			resp.Header.Get("X-Model-Version") != "v0" {
+			t.Errorf("%s %s %s: %d %v (%v), want %d", tc.method, tc.path, tc.body, resp.StatusCode, m, err, tc.code)
+		}
+	}
+	if conns != 1 {
+		t.Errorf("%d connections for the requests, want 1 kept alive", conns)
+	}
+}
+
+// TestServeSIGTERM: SIGTERM during a slow request (--service-time 1) stops
+// the listener, lets the request finish with 200, and exits 0.
+func TestServeSIGTERM(t *testing.T) {
+	needTorch(t)
+	t.Parallel()
+	s := startServe(t, []string{"PORT=0"}, "--no-checkpoint", "--service-time", "1", "--version", "v9")
+	waitHealthy(t, s, 60*time.Second)
+	type result struct {
+		code int
+		m    map[string]any
+		err  error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		resp, err := serveClient.Post(s.url+"/predict", "application/json", strings.NewReader(`{"text": "the movie was great"}`))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		done <- result{resp.StatusCode, m, err}
+	}()
+	for {
+		if _, _, info := call(t, "GET", s.url+"/", ""); info["in_flight"] == 1.0 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the slow request is not in flight after 10 s:\n%s", s.stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The listener closes while the request is still being served.
+	var r result
+	for refused := false; !refused; {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.url, "http://"), time.Second)
+		if refused = err != nil; !refused {
+			c.Close()
+		}
+		select {
+		case r = <-done:
+			t.Fatalf("the in-flight request finished (%d %v %v) before the listener closed", r.code, r.m, r.err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	r = <-done
+	if r.err != nil || r.code != 200 || r.m["version"] != "v9" {
+		t.Fatalf("the in-flight request: %d %v %v\n%s", r.code, r.m, r.err, s.stderr())
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("the request took %v, less than its 1 s service time", d)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10 s after SIGTERM:\n%s", s.stderr())
+	}
+	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, s.stderr())
+	}
+	if e := s.stderr(); !strings.Contains(e, "serve: SIGTERM: draining (") || !strings.Contains(e, "serve: stopped\n") {
+		t.Errorf("stderr:\n%s", e)
+	}
+}
+
+// TestServeFailHealth: --fail-health loads the model but /healthz never
+// answers 200.
+func TestServeFailHealth(t *testing.T) {
+	needTorch(t)
+	t.Parallel()
+	s := startServe(t, []string{"PORT=0"}, "--no-checkpoint", "--fail-health")
+	deadline := time.Now().Add(60 * time.Second)
+	loadedPolls := 0
+	for loadedPolls < 5 {
+		code, _, m := call(t, "GET", s.url+"/healthz", "")
+		if code != 503 || m["status"] != "failing" {
+			t.Fatalf("/healthz with --fail-health: %d %v", code, m)
+		}
+		if _, _, info := call(t, "GET", s.url+"/", ""); info["loaded"] == true {
+			loadedPolls++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model did not load within 60 s:\n%s", s.stderr())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	predict(t, s, "v0", "the movie was great")
 }

@@ -8,14 +8,17 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/command/gateway"
 	"github.com/gpujob/gpujob/cli/command/gpus"
 	"github.com/gpujob/gpujob/cli/command/list"
 	"github.com/gpujob/gpujob/cli/command/logs"
 	"github.com/gpujob/gpujob/cli/command/render"
+	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/command/status"
 	"github.com/gpujob/gpujob/cli/command/stop"
 	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/command/sweep"
+	"github.com/gpujob/gpujob/cli/command/token"
 	"github.com/gpujob/gpujob/cli/command/validate"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -94,7 +97,7 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 	}
 	for _, sub := range []func(*factory.Factory) *cobra.Command{
 		submit.NewCmd, render.NewCmd, validate.NewCmd, status.NewCmd, logs.NewCmd,
-		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd,
+		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd,
 	} {
 		c := sub(f)
 		explainDenied(c)

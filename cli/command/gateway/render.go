@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/render"
+)
+
+// forwarded is the environment the gateway job passes on to the gateways
+// (addresses and TLS files; never a token, which a job's env would show to
+// everyone who may read the job).
+var forwarded = []string{"CONSUL_HTTP_ADDR", "CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY",
+	"NOMAD_ADDR", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "GPUJOB_SERVICE_KEY_PREFIX"}
+
+func newRenderCmd(f *factory.Factory) *cobra.Command {
+	g := render.Gateway{}
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Print the Nomad job that runs the gateways",
+		Long: `Render prints a Nomad service job running --count gateways (raw_exec, one per
+node on the static --port), registered in Consul as gpujob-gateway with a
+check on /-/healthz. It passes on the Consul and Nomad addresses and TLS
+files of this environment (CONSUL_HTTP_ADDR, NOMAD_ADDR, ...), never a token.`,
+		Example: `  gpujob gateway render --binary /usr/local/bin/gpujob | nomad job run -`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.Binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--binary: %w", err)
+				}
+				g.Binary, _ = filepath.Abs(exe)
+			}
+			g.Env = map[string]string{}
+			for _, k := range forwarded {
+				if v := os.Getenv(k); v != "" {
+					g.Env[k] = v
+				}
+			}
+			if g.Namespace == "" {
+				g.Namespace = strings.TrimSpace(os.Getenv("NOMAD_NAMESPACE"))
+			}
+			out, err := render.GatewayJobspec(g)
+			if err != nil {
+				return err
+			}
+			_, err = f.IO.Out.Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&g.Binary, "binary", "", "the gpujob `path` on the clients (default: this executable)")
+	cmd.Flags().IntVar(&g.Count, "count", 1, "gateways to run, one per node")
+	cmd.Flags().IntVar(&g.Port, "port", render.DefaultGatewayPort, "the static `port` they listen on")
+	cmd.Flags().StringVar(&g.User, "user", "nobody", "the `user` they run as")
+	cmd.Flags().StringSliceVar(&g.Datacenters, "datacenters", nil, "datacenters to run in (default all)")
+	cmd.Flags().StringVar(&g.NodePool, "node-pool", "", "node pool to run in")
+	return cmd
+}

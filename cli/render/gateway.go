@@ -1,0 +1,126 @@
+package render
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/gpujob/gpujob/internal/ctyval"
+)
+
+// The gateway's job.
+const (
+	MetaKindGateway = "gateway"
+	GatewayJob      = "gpujob-gateway"
+	GatewayGroup    = "gateway"
+	GatewayTask     = "gateway"
+	// GatewayService is the gateways' own Consul service.
+	GatewayService = "gpujob-gateway"
+	// DefaultGatewayPort is the static port every gateway listens on, so
+	// that clients and load balancers have one address per node.
+	DefaultGatewayPort = 8080
+)
+
+// Gateway describes the gateway's job.
+type Gateway struct {
+	// Binary is the gpujob executable's absolute path on the clients.
+	Binary string
+	// Count gateways, each on its own node (the static port); 0 is 1.
+	Count int
+	Port  int // 0: DefaultGatewayPort
+	// User runs it (raw_exec's user); empty: "nobody".
+	User string
+	// Env is how it reaches Consul and Nomad: addresses and TLS files.
+	Env         map[string]string
+	Datacenters []string
+	NodePool    string
+	Namespace   string
+}
+
+// GatewayJobspec renders the job that runs the gateways: raw_exec (the
+// gateway is a Go binary talking HTTP; it needs no GPU and no file of the
+// node) on a static port, registered in Consul with a check on its own
+// health, deregistered two seconds before it is stopped so that a load
+// balancer in front stops sending to it first.
+func GatewayJobspec(g Gateway) ([]byte, error) {
+	if !filepath.IsAbs(g.Binary) {
+		return nil, fmt.Errorf("render: the gateway's gpujob binary %q is not an absolute path", g.Binary)
+	}
+	count, port, user := max(g.Count, 1), g.Port, firstNonEmpty(g.User, "nobody")
+	if port == 0 {
+		port = DefaultGatewayPort
+	}
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("render: gateway port %d is not a TCP port", port)
+	}
+	f := hclwrite.NewEmptyFile()
+	body := f.Body()
+	body.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment,
+		Bytes: []byte("# Rendered by `gpujob gateway render`: the gpujob gateways.\n")}})
+	body.AppendNewline()
+	job := body.AppendNewBlock("job", []string{GatewayJob}).Body()
+	job.SetAttributeValue("type", cty.StringVal("service"))
+	dcs := g.Datacenters
+	if len(dcs) == 0 {
+		dcs = []string{"*"}
+	}
+	job.SetAttributeValue("datacenters", ctyval.Strings(dcs))
+	if g.Namespace != "" {
+		job.SetAttributeValue("namespace", cty.StringVal(g.Namespace))
+	}
+	if g.NodePool != "" {
+		job.SetAttributeValue("node_pool", cty.StringVal(g.NodePool))
+	}
+	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindGateway}))
+	job.AppendNewline()
+
+	group := job.AppendNewBlock("group", []string{GatewayGroup}).Body()
+	group.SetAttributeValue("count", cty.NumberIntVal(int64(count)))
+	group.AppendNewline()
+	port0 := group.AppendNewBlock("network", nil).Body().AppendNewBlock("port", []string{"http"}).Body()
+	port0.SetAttributeValue("static", cty.NumberIntVal(int64(port)))
+	group.AppendNewline()
+	// One gateway per node: the port is static.
+	c := group.AppendNewBlock("constraint", nil).Body()
+	c.SetAttributeValue("operator", cty.StringVal("distinct_hosts"))
+	c.SetAttributeValue("value", cty.StringVal("true"))
+	group.AppendNewline()
+
+	task := group.AppendNewBlock("task", []string{GatewayTask}).Body()
+	task.SetAttributeValue("driver", cty.StringVal("raw_exec"))
+	task.SetAttributeValue("user", cty.StringVal(user))
+	task.SetAttributeValue("shutdown_delay", cty.StringVal("2s"))
+	task.SetAttributeValue("kill_timeout", cty.StringVal("25s"))
+	task.AppendNewline()
+	config := task.AppendNewBlock("config", nil).Body()
+	config.SetAttributeValue("command", cty.StringVal(g.Binary))
+	config.SetAttributeRaw("args", hclwrite.TokensForTuple([]hclwrite.Tokens{
+		hclwrite.TokensForValue(cty.StringVal("gateway")),
+		hclwrite.TokensForValue(cty.StringVal("run")),
+		hclwrite.TokensForValue(cty.StringVal("--listen")),
+		interpolation("NOMAD_ADDR_http"),
+	}))
+	task.AppendNewline()
+	if len(g.Env) > 0 {
+		task.SetAttributeValue("env", ctyval.StringMap(g.Env))
+		task.AppendNewline()
+	}
+	svc := task.AppendNewBlock("service", nil).Body()
+	svc.SetAttributeValue("name", cty.StringVal(GatewayService))
+	svc.SetAttributeValue("port", cty.StringVal("http"))
+	svc.SetAttributeValue("provider", cty.StringVal("consul"))
+	svc.AppendNewline()
+	check := svc.AppendNewBlock("check", nil).Body()
+	check.SetAttributeValue("type", cty.StringVal("http"))
+	check.SetAttributeValue("path", cty.StringVal("/-/healthz"))
+	check.SetAttributeValue("interval", cty.StringVal("2s"))
+	check.SetAttributeValue("timeout", cty.StringVal("1s"))
+	task.AppendNewline()
+	res := task.AppendNewBlock("resources", nil).Body()
+	res.SetAttributeValue("cpu", cty.NumberIntVal(500))
+	res.SetAttributeValue("memory", cty.NumberIntVal(256))
+	return f.Bytes(), nil
+}

@@ -1,0 +1,488 @@
+// Package autoscale is the gateways' autoscaler and their load reports.
+//
+// Every gateway publishes its in-flight and queued requests per service to
+// Consul (Reporter), under a session of its own so that a dead gateway's
+// report disappears. Every gateway also runs an Autoscaler, but only the one
+// holding the Consul lock servekv.LeaderKey acts: it watches the services'
+// routes and all the load reports with blocking queries, and on every
+// change and every Tick decides (Decide) each autoscaled service's replica
+// count and sets it through Nomad (Scaler).
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/servekv"
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// Scaler is what the autoscaler needs of Nomad.
+type Scaler interface {
+	// Count is the task group's current count in the job (Nomad's job
+	// spec, not running allocations).
+	Count(ctx context.Context, namespace, jobID, group string) (int, error)
+	// Scale sets the group's count (Nomad's /v1/job/<id>/scale) with a
+	// message saying why.
+	Scale(ctx context.Context, namespace, jobID, group string, count int, reason string) error
+}
+
+// Config configures an Autoscaler.
+type Config struct {
+	Consul *consulapi.Client
+	// Prefix is the services' tree (servekv.DefaultPrefix if empty) and
+	// GatewayPrefix the gateways' (servekv.DefaultGatewayPrefix).
+	Prefix, GatewayPrefix string
+	// ID is this gateway's, stored as the lock's value.
+	ID     string
+	Scaler Scaler
+	// Logf receives scaling decisions, leadership changes and errors
+	// (throttled); log.Printf if nil.
+	Logf func(format string, args ...any)
+	// Now is the clock of decisions and report ages; time.Now if nil.
+	Now func() time.Time
+	// Tick is how often the leader decides again without a change in the
+	// load (for the delays to run out); decisions also run on every
+	// change. Default DefaultTick.
+	Tick time.Duration
+}
+
+// DefaultTick is Config.Tick's default.
+const DefaultTick = time.Second
+
+// LockSessionName names the leader's Consul session.
+const LockSessionName = "gpujob-gateway-autoscaler"
+
+const (
+	// campaignWait bounds one blocking wait for the lock. It is how long
+	// a gateway that is not the leader may take to return from Run, as
+	// consulapi.Lock's wait takes no context; the lock is still taken as
+	// soon as it is released.
+	campaignWait = 2 * time.Second
+	// leaderLockDelay is how long Consul keeps the lock from everyone
+	// after the leader's session is invalidated (a crash, a node failure;
+	// a clean step-down releases it with no delay). None: any delay makes
+	// consulapi.Lock retry only after its fixed 5 s (DefaultLockRetryTime),
+	// holding up scale-from-zero that much longer, and what the delay
+	// guards against is cheap here: a leader cut off from Consul cannot
+	// read fresh loads, and every Scale is preceded by a read of Nomad's
+	// count, so an overlap costs at most a redundant Scale.
+	leaderLockDelay = 0
+	// callTimeout bounds one Count or Scale.
+	callTimeout = 30 * time.Second
+)
+
+// Autoscaler campaigns for the autoscaling lock and, while it holds it,
+// scales the services.
+type Autoscaler struct {
+	cfg    Config
+	leader atomic.Bool
+}
+
+// New checks cfg and fills in its defaults.
+func New(cfg Config) (*Autoscaler, error) {
+	switch {
+	case cfg.Consul == nil:
+		return nil, errors.New("autoscaler: no Consul client")
+	case cfg.Scaler == nil:
+		return nil, errors.New("autoscaler: no Scaler")
+	case cfg.ID == "":
+		return nil, errors.New("autoscaler: no gateway ID")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = servekv.DefaultPrefix
+	}
+	if cfg.GatewayPrefix == "" {
+		cfg.GatewayPrefix = servekv.DefaultGatewayPrefix
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	return &Autoscaler{cfg: cfg}, nil
+}
+
+// IsLeader reports whether this gateway holds the lock and acts.
+func (a *Autoscaler) IsLeader() bool { return a.leader.Load() }
+
+// Run campaigns for the lock, scales while it holds it and campaigns again
+// when it loses it, until ctx ends. Then it releases the lock, destroys its
+// session and returns nil.
+func (a *Autoscaler) Run(ctx context.Context) error {
+	bo := backoff.New(backoffBase, backoffCap)
+	for ctx.Err() == nil {
+		a.term(ctx, bo)
+	}
+	return nil
+}
+
+// term campaigns and leads under one session, until ctx ends or the
+// session is lost.
+func (a *Autoscaler) term(ctx context.Context, bo *backoff.Backoff) {
+	logf := a.cfg.Logf
+	s, err := newSession(ctx, a.cfg.Consul, sessionSpec{
+		Name: LockSessionName, Behavior: consulapi.SessionBehaviorRelease, LockDelay: leaderLockDelay,
+	}, logf)
+	if err != nil {
+		return // ctx ended
+	}
+	defer s.destroy()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.lost:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	key := servekv.LeaderKey(a.cfg.GatewayPrefix)
+	// The session is ours (see session), so SessionName and SessionTTL
+	// only document what it is.
+	lock, err := a.cfg.Consul.LockOpts(&consulapi.LockOptions{
+		Key: key, Value: []byte(a.cfg.ID), Session: s.id,
+		SessionName: LockSessionName, SessionTTL: sessionTTL.String(),
+		LockWaitTime: campaignWait,
+		// Ride out a brief Consul error rather than step down at once.
+		MonitorRetries: 3, MonitorRetryTime: time.Second,
+	})
+	if err != nil {
+		logf("autoscaler %s: %v", a.cfg.ID, err)
+		bo.Wait(ctx)
+		return
+	}
+	errs := newErrorLog(logf, "autoscaler "+a.cfg.ID+": campaigning for "+key)
+	for sctx.Err() == nil {
+		lost, err := lock.Lock(sctx.Done())
+		if err != nil {
+			if sctx.Err() != nil {
+				return
+			}
+			errs.failed(err)
+			// Perhaps the session is gone (Consul refuses to acquire
+			// for it): find out now rather than at the next renewal.
+			s.checkNow()
+			bo.Wait(sctx)
+			continue
+		}
+		if lost == nil {
+			return // sctx ended while waiting
+		}
+		errs.ok()
+		started := time.Now()
+		logf("autoscaler %s: leading (holding %s)", a.cfg.ID, key)
+		a.lead(sctx, lost)
+		// Release the lock now, so that another gateway takes over at
+		// once (its blocking wait wakes) rather than when the session
+		// ends. consulapi's Unlock takes no context; a Consul that stops
+		// answering mid-request holds the step-down until the connection
+		// fails.
+		if err := lock.Unlock(); err != nil && !s.isLost() {
+			logf("autoscaler %s: releasing %s: %v", a.cfg.ID, key, err)
+		}
+		switch {
+		case ctx.Err() != nil:
+			logf("autoscaler %s: stepped down", a.cfg.ID)
+			return
+		case s.isLost():
+			logf("autoscaler %s: lost its consul session; campaigning again", a.cfg.ID)
+			return
+		}
+		logf("autoscaler %s: lost %s; campaigning again", a.cfg.ID, key)
+		s.checkNow() // the session's end is the likeliest cause
+		if time.Since(started) > time.Minute {
+			bo.Reset()
+		}
+		bo.Wait(sctx)
+	}
+}
+
+// route is one autoscaled service.
+type route struct {
+	name                    string // servekv.LoadName
+	namespace, jobID, group string
+	as                      servekv.Autoscale
+}
+
+// feed is what the leader's watches have read last.
+type feed struct {
+	mu       sync.Mutex
+	routes   map[string]route
+	routesOK bool
+	loads    []servekv.Load
+	loadsOK  bool // at least one list read
+	loadsErr bool // the last read of the loads failed
+	changed  chan struct{}
+}
+
+func (f *feed) notify() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// service is the leader's state of one service.
+type service struct {
+	State
+	known    bool      // Current has been read from Nomad
+	countAt  time.Time // when Current was read or set
+	retryAt  time.Time // no Scale before this, after one failed
+	countErr *errorLog
+	scaleErr *errorLog
+}
+
+// lead watches and decides until ctx ends or lost closes.
+func (a *Autoscaler) lead(ctx context.Context, lost <-chan struct{}) {
+	a.leader.Store(true)
+	defer a.leader.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f := &feed{changed: make(chan struct{}, 1)}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		a.watchRoutes(ctx, f)
+	}()
+	go func() {
+		defer wg.Done()
+		a.watchLoads(ctx, f)
+	}()
+
+	services := map[string]*service{}
+	tick := time.NewTicker(a.cfg.Tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.changed:
+		case <-tick.C:
+		}
+		a.decideAll(ctx, f, services)
+	}
+}
+
+func (a *Autoscaler) watchRoutes(ctx context.Context, f *feed) {
+	prefix := a.cfg.Prefix + "/"
+	errs := newErrorLog(a.cfg.Logf, "autoscaler: watching the routes under "+prefix)
+	// Each bad version of a key is logged once, not on every change of
+	// the tree.
+	logged := map[string]uint64{}
+	watchList(ctx, a.cfg.Consul, prefix, func(pairs consulapi.KVPairs) {
+		errs.ok()
+		routes := a.parseRoutes(pairs, logged)
+		f.mu.Lock()
+		f.routes, f.routesOK = routes, true
+		f.mu.Unlock()
+		f.notify()
+	}, errs.failed)
+}
+
+// parseRoutes picks the autoscaled services out of the services' tree.
+func (a *Autoscaler) parseRoutes(pairs consulapi.KVPairs, logged map[string]uint64) map[string]route {
+	routes := map[string]route{}
+	seen := map[string]bool{}
+	skip := func(p *consulapi.KVPair, format string, args ...any) {
+		if logged[p.Key] != p.ModifyIndex {
+			logged[p.Key] = p.ModifyIndex
+			a.cfg.Logf("autoscaler: route %s: "+format+"; not autoscaling it", append([]any{p.Key}, args...)...)
+		}
+	}
+	for _, p := range pairs {
+		ns, svc, ok := servekv.ParseRouteKey(a.cfg.Prefix, p.Key)
+		if !ok {
+			continue // tokens and anything else
+		}
+		seen[p.Key] = true
+		var r servekv.Route
+		if err := json.Unmarshal(p.Value, &r); err != nil {
+			skip(p, "malformed JSON: %v", err)
+			continue
+		}
+		if r.Autoscale == nil || r.Autoscale.Max <= 0 {
+			continue
+		}
+		switch {
+		case r.Namespace != "" && r.Namespace != ns, r.Service != "" && r.Service != svc:
+			skip(p, "it names %s/%s", r.Namespace, r.Service)
+			continue
+		case r.JobID == "" || r.Group == "":
+			skip(p, "autoscale is set but the job ID or group is missing")
+			continue
+		}
+		name := servekv.LoadName(ns, svc)
+		routes[name] = route{name: name, namespace: ns, jobID: r.JobID, group: r.Group, as: *r.Autoscale}
+	}
+	for k := range logged {
+		if !seen[k] {
+			delete(logged, k)
+		}
+	}
+	return routes
+}
+
+func (a *Autoscaler) watchLoads(ctx context.Context, f *feed) {
+	prefix := servekv.LoadPrefix(a.cfg.GatewayPrefix)
+	errs := newErrorLog(a.cfg.Logf, "autoscaler: watching the load reports under "+prefix)
+	bad := newErrorLog(a.cfg.Logf, "autoscaler: reading load reports")
+	watchList(ctx, a.cfg.Consul, prefix, func(pairs consulapi.KVPairs) {
+		errs.ok()
+		loads := make([]servekv.Load, 0, len(pairs))
+		for _, p := range pairs {
+			var l servekv.Load
+			if err := json.Unmarshal(p.Value, &l); err != nil {
+				bad.failed(fmt.Errorf("%s: %w", p.Key, err))
+				continue
+			}
+			loads = append(loads, l)
+		}
+		f.mu.Lock()
+		f.loads, f.loadsOK, f.loadsErr = loads, true, false
+		f.mu.Unlock()
+		f.notify()
+	}, func(err error) {
+		errs.failed(err)
+		f.mu.Lock()
+		f.loadsErr = true
+		f.mu.Unlock()
+	})
+}
+
+// decideAll decides every autoscaled service once.
+func (a *Autoscaler) decideAll(ctx context.Context, f *feed, services map[string]*service) {
+	f.mu.Lock()
+	routes, loads := f.routes, f.loads
+	// Without both lists, or while the loads cannot be read, the load is
+	// unknown: an empty or ageing view would read as no load and scale
+	// services down.
+	ready := f.routesOK && f.loadsOK && !f.loadsErr
+	f.mu.Unlock()
+	if !ready {
+		return
+	}
+	for name := range services {
+		if _, ok := routes[name]; !ok {
+			delete(services, name)
+		}
+	}
+	names := make([]string, 0, len(routes))
+	for name := range routes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if ctx.Err() != nil {
+			return
+		}
+		st := services[name]
+		if st == nil {
+			st = &service{
+				countErr: newErrorLog(a.cfg.Logf, "autoscaler: reading the count of "+name),
+				scaleErr: newErrorLog(a.cfg.Logf, "autoscaler: scaling "+name),
+			}
+			services[name] = st
+		}
+		a.decide(ctx, routes[name], st, loads)
+	}
+}
+
+// decide takes one decision for r and carries it out.
+func (a *Autoscaler) decide(ctx context.Context, r route, st *service, loads []servekv.Load) {
+	now := a.cfg.Now()
+	fresh := false
+	// The count is read at most about once a tick (decisions run on every
+	// load report too), and again before any Scale.
+	if !st.known || now.Sub(st.countAt) >= a.cfg.Tick/2 {
+		if !a.readCount(ctx, r, st, now) {
+			return
+		}
+		fresh = true
+	}
+	s := st.State
+	s.Inflight, s.Queued, s.Gateways = Aggregate(loads, r.name, now)
+	desired, reason, next := Decide(r.as, s, now)
+	if desired == s.Current {
+		st.State = next
+		return
+	}
+	if now.Before(st.retryAt) {
+		return // a Scale failed: try again at the next tick
+	}
+	if !fresh {
+		// Do not scale from a stale count: Nomad's may have changed
+		// (gpujob service scale, a job update).
+		if !a.readCount(ctx, r, st, now) {
+			return
+		}
+		s.Current, s.AboveSince, s.BelowSince, s.WindowMax = st.Current, st.AboveSince, st.BelowSince, st.WindowMax
+		desired, reason, next = Decide(r.as, s, now)
+		if desired == s.Current {
+			st.State = next
+			return
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	err := a.cfg.Scaler.Scale(cctx, r.namespace, r.jobID, r.group, desired, reason)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		// Keep the state before the decision, so the next tick takes it
+		// again.
+		st.State = s
+		st.retryAt = now.Add(a.cfg.Tick / 2)
+		st.scaleErr.failed(fmt.Errorf("to %d (%s): %w", desired, reason, err))
+		return
+	}
+	st.scaleErr.ok()
+	st.State, st.countAt, st.retryAt = next, now, time.Time{}
+	a.cfg.Logf("autoscaler: %s (job %s, group %s): %s", r.name, r.jobID, r.group, reason)
+}
+
+// readCount reads the group's count from Nomad into st. A count that
+// differs from the one st had (someone else scaled the group) starts the
+// delays' windows over, as they were measured against the old count.
+func (a *Autoscaler) readCount(ctx context.Context, r route, st *service, now time.Time) bool {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	n, err := a.cfg.Scaler.Count(cctx, r.namespace, r.jobID, r.group)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			st.countErr.failed(err)
+		}
+		return false
+	}
+	st.countErr.ok()
+	if !st.known || n != st.Current {
+		st.Current = n
+		st.AboveSince, st.BelowSince, st.WindowMax = time.Time{}, time.Time{}, 0
+	}
+	st.known, st.countAt = true, now
+	return true
+}

@@ -1,0 +1,350 @@
+// Package gateway is the data plane of `gpujob gateway`: the HTTP front door
+// of gpujob's model services. It learns the services' routes and bearer
+// tokens from one blocking watch of Consul KV (servekv's layout), keeps the
+// healthy replicas of each service from a blocking Consul health watch per
+// route, and proxies each request to one of them: authenticated, rate
+// limited per token, balanced least-outstanding, held while a service has no
+// replica (a scale from zero) and counted in Prometheus metrics of its own.
+//
+// The file layout follows the concerns: routes.go (the KV watch and the
+// routing table), pool.go (the health watch), balance.go, proxy.go, auth.go,
+// ratelimit.go, queue.go (holding while empty) and metrics.go.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpujob/gpujob/internal/servekv"
+)
+
+// Config is a gateway's wiring.
+type Config struct {
+	Consul *consulapi.Client
+	// Prefix is the services' KV prefix; "" = servekv.DefaultPrefix.
+	Prefix string
+	// ID is this gateway's ID, reported in Load.
+	ID string
+	// Logf receives one line per route or pool change and per (throttled)
+	// watch error, never one per request; nil discards.
+	Logf func(format string, args ...any)
+	// OnQueued is called for each request held because its service has no
+	// healthy replica, so that the autoscaler can scale it from zero at
+	// once. It is called on the request's goroutine and must not block (a
+	// non-blocking channel send); nil = none.
+	OnQueued func(namespace, service string)
+	// MaxBodyBytes bounds the request bodies buffered so that a request a
+	// replica refused can be retried on another; default 10 MiB; a larger
+	// body is answered 413.
+	MaxBodyBytes int64
+	// EjectFor is how long a replica that refused a connection is skipped;
+	// default 5s.
+	EjectFor time.Duration
+}
+
+// Defaults of Config and of the routes' optional fields.
+const (
+	DefaultMaxBodyBytes = 10 << 20
+	DefaultEjectFor     = 5 * time.Second
+	// DefaultQueueLimit and DefaultQueueTimeout apply to a route whose
+	// QueueLimit or QueueTimeout is 0.
+	DefaultQueueLimit   = 100
+	DefaultQueueTimeout = 30 * time.Second
+)
+
+// Paths the gateway answers itself instead of routing.
+const (
+	MetricsPath = "/metrics"
+	HealthPath  = "/-/healthz"
+)
+
+// Gateway routes HTTP requests to the healthy replicas of gpujob services.
+// It is an http.Handler; Run keeps its view of Consul current.
+type Gateway struct {
+	cfg       Config
+	prefix    string
+	logf      func(format string, args ...any)
+	transport *http.Transport
+	metrics   *metrics
+	limiters  *limiterSet
+
+	// table is the routing table, replaced whole on every change of the
+	// services' KV tree; nil until the first list is loaded (not Ready).
+	table atomic.Pointer[table]
+
+	// mu guards services, which only the routes watch changes but Load and
+	// the metrics collector read.
+	mu       sync.Mutex
+	services map[string]*service
+
+	metricsHandler http.Handler
+	running        atomic.Bool
+}
+
+// New checks cfg and returns a Gateway; nothing runs until Run.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Consul == nil {
+		return nil, errors.New("gateway: no Consul client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = servekv.DefaultPrefix
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.EjectFor <= 0 {
+		cfg.EjectFor = DefaultEjectFor
+	}
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	g := &Gateway{
+		cfg:       cfg,
+		prefix:    cfg.Prefix,
+		logf:      logf,
+		transport: newTransport(),
+		limiters:  newLimiterSet(),
+		services:  map[string]*service{},
+	}
+	g.metrics = newMetrics(g)
+	g.metricsHandler = g.MetricsHandler()
+	return g, nil
+}
+
+// Run watches the routes, tokens and replicas until ctx ends; it returns
+// nil then. Watch errors are retried (with the last good state kept), so
+// Run only returns early when called twice.
+func (g *Gateway) Run(ctx context.Context) error {
+	if !g.running.CompareAndSwap(false, true) {
+		return errors.New("gateway: Run called twice")
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.limiters.sweepEvery(ctx, time.Minute)
+	}()
+	g.watchRoutes(ctx)
+	// The routes watch has ended: stop every pool's watch with it.
+	g.mu.Lock()
+	for _, s := range g.services {
+		if p := s.pool.Load(); p != nil {
+			p.stop()
+		}
+	}
+	g.mu.Unlock()
+	wg.Wait()
+	g.transport.CloseIdleConnections()
+	return nil
+}
+
+// Ready reports whether the first route list has been loaded.
+func (g *Gateway) Ready() bool { return g.table.Load() != nil }
+
+// Load is a snapshot of the requests in flight to, and held for, each
+// routed service (the autoscaler's input). Every routed service appears,
+// idle ones with 0, so that a scale down sees them.
+func (g *Gateway) Load() servekv.Load {
+	l := servekv.Load{Gateway: g.cfg.ID, Inflight: map[string]int{}, Queued: map[string]int{}, Updated: time.Now()}
+	for _, s := range g.serviceList() {
+		l.Inflight[s.key] = int(s.inflight.Load())
+		l.Queued[s.key] = int(s.queued.Load())
+	}
+	return l
+}
+
+// Registry is the gateway's own Prometheus registry (served on /metrics).
+func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
+
+// MetricsHandler serves the registry in Prometheus' formats.
+func (g *Gateway) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})
+}
+
+func (g *Gateway) serviceList() []*service {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*service, 0, len(g.services))
+	for _, s := range g.services {
+		out = append(out, s)
+	}
+	return out
+}
+
+// ServeHTTP answers /metrics and /-/healthz itself and routes every other
+// request.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case MetricsPath:
+		g.metricsHandler.ServeHTTP(w, r)
+		return
+	case StatsPath:
+		g.serveStats(w)
+		return
+	case HealthPath:
+		if !g.Ready() {
+			writeError(w, http.StatusServiceUnavailable, "routes not loaded yet")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		return
+	}
+	if r.Method == http.MethodConnect {
+		// Replicas serve HTTP, not tunnels.
+		writeError(w, http.StatusMethodNotAllowed, "CONNECT is not proxied")
+		return
+	}
+	tbl := g.table.Load()
+	if tbl == nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "gateway starting: routes not loaded yet")
+		return
+	}
+	e := tbl.match(r.Host, r.URL.Path)
+	if e == nil {
+		writeError(w, http.StatusNotFound, "no service routes "+r.URL.Path)
+		return
+	}
+	g.serveRoute(w, r, e)
+}
+
+// outcome is what one routed request is counted as.
+type outcome struct {
+	code    int
+	version string // the replica's; "" when none was chosen
+}
+
+// serveRoute runs a routed request through auth, rate limit, the hold and
+// the proxy, and counts it whichever way it ends (a deferred count, since an
+// aborted stream panics with http.ErrAbortHandler).
+func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, e *routeEntry) {
+	start := time.Now()
+	out := outcome{code: statusClientClosed}
+	defer func() {
+		d := time.Since(start)
+		g.metrics.observe(e.svc, out, d)
+		e.svc.window.add(start.Add(d), d, out.code)
+	}()
+
+	tok, ok := g.authenticate(w, r, e)
+	if !ok {
+		out.code = http.StatusUnauthorized
+		return
+	}
+	if !g.allow(w, r, e, tok) {
+		out.code = http.StatusTooManyRequests
+		return
+	}
+	body, code := g.readBody(w, r)
+	if code != 0 {
+		out.code = code
+		return
+	}
+	if code := g.hold(w, r, e); code != 0 {
+		out.code = code
+		return
+	}
+	g.proxy(w, r, e, body, &out)
+}
+
+// statusClientClosed counts requests whose client went away before an
+// answer (nginx's convention; never sent).
+const statusClientClosed = 499
+
+// readBody buffers the request body, so that it can be sent again to
+// another replica when the first refused the connection.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (body []byte, code int) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0
+	}
+	max := g.cfg.MaxBodyBytes
+	if r.ContentLength > max {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", max))
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	b, err := readAtMost(r.Body, max+1)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil, statusClientClosed
+		}
+		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return nil, http.StatusBadRequest
+	}
+	if int64(len(b)) > max {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", max))
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	return b, 0
+}
+
+// writeError answers with a JSON error body.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// clientIP is the host of the request's RemoteAddr (the peer of this
+// connection: X-Forwarded-For is the client's to forge).
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// throttledLog logs the first of a run of errors and then at most one per
+// interval with the count suppressed, so that a Consul outage is visible
+// without flooding the log.
+type throttledLog struct {
+	logf       func(format string, args ...any)
+	interval   time.Duration
+	last       time.Time
+	suppressed int
+	failing    bool
+}
+
+func (t *throttledLog) errorf(format string, args ...any) {
+	now := time.Now()
+	if t.failing && now.Sub(t.last) < t.interval {
+		t.suppressed++
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if t.suppressed > 0 {
+		msg += fmt.Sprintf(" (%d more since %s)", t.suppressed, t.last.Format(time.RFC3339))
+	}
+	t.logf("%s", msg)
+	t.failing, t.last, t.suppressed = true, now, 0
+}
+
+// recovered logs the end of a run of errors.
+func (t *throttledLog) recovered(format string, args ...any) {
+	if !t.failing {
+		return
+	}
+	t.failing = false
+	t.suppressed = 0
+	t.logf(format, args...)
+}

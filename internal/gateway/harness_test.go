@@ -1,0 +1,353 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/servekv"
+	"github.com/gpujob/gpujob/internal/testagent"
+)
+
+// The tests that need Consul share one dev agent, started on first use;
+// each test works under a KV prefix and Consul service names of its own, so
+// they run in parallel.
+var testConsul struct {
+	once   sync.Once
+	agent  *testagent.Consul
+	client *consulapi.Client
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if testConsul.agent != nil {
+		testConsul.agent.Stop()
+	}
+	os.Exit(code)
+}
+
+func consulClient(t *testing.T) *consulapi.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Consul agent")
+	}
+	testConsul.once.Do(func() {
+		testConsul.agent, testConsul.err = testagent.StartConsul("")
+		if testConsul.err == nil {
+			testConsul.client, testConsul.err = consulapi.NewClient(&consulapi.Config{Address: testConsul.agent.Addr})
+		}
+	})
+	if testConsul.err != nil {
+		t.Fatalf("gateway tests need a real Consul: %v", testConsul.err)
+	}
+	return testConsul.client
+}
+
+func randomID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// harness is a running Gateway on a test's own KV prefix, served by an
+// httptest server.
+type harness struct {
+	t      *testing.T
+	c      *consulapi.Client
+	g      *Gateway
+	url    string // the gateway's base URL
+	prefix string
+	id     string // makes the test's Consul service names unique
+	ns     string
+
+	logMu sync.Mutex
+	logs  []string
+
+	queued chan string // OnQueued's calls, "ns/svc"
+}
+
+func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
+	t.Helper()
+	c := consulClient(t)
+	h := &harness{t: t, c: c, id: randomID(), ns: "team-a", queued: make(chan string, 1000)}
+	h.prefix = "gwtest/" + h.id
+	cfg := Config{
+		Consul: c,
+		Prefix: h.prefix,
+		ID:     "gw-" + h.id,
+		Logf: func(format string, args ...any) {
+			h.logMu.Lock()
+			defer h.logMu.Unlock()
+			h.logs = append(h.logs, fmt.Sprintf(format, args...))
+		},
+		OnQueued: func(ns, svc string) {
+			select {
+			case h.queued <- servekv.LoadName(ns, svc):
+			default:
+			}
+		},
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.g = g
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	srv := httptest.NewServer(g)
+	h.url = srv.URL
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return after its context ended")
+		}
+		_, _ = c.KV().DeleteTree(h.prefix+"/", nil)
+	})
+	h.eventually(5*time.Second, "the gateway is ready", g.Ready)
+	return h
+}
+
+func (h *harness) logged() string {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	return strings.Join(h.logs, "\n")
+}
+
+// consulService is the test's Consul service name for a gpujob service.
+func (h *harness) consulService(svc string) string { return "gwt-" + h.id + "-" + svc }
+
+func (h *harness) tag() string { return "gpujob-ns=" + h.ns }
+
+// route writes svc's route, filling in the names, Consul service and tag.
+func (h *harness) route(svc string, r servekv.Route) servekv.Route {
+	h.t.Helper()
+	r.Namespace, r.Service = h.ns, svc
+	if r.ConsulService == "" {
+		r.ConsulService = h.consulService(svc)
+	}
+	if r.Tag == "" {
+		r.Tag = h.tag()
+	}
+	if r.PathPrefix == "" {
+		r.PathPrefix = "/" + svc
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.put(servekv.RouteKey(h.prefix, h.ns, svc), b)
+	return r
+}
+
+func (h *harness) put(key string, value []byte) {
+	h.t.Helper()
+	if _, err := h.c.KV().Put(&consulapi.KVPair{Key: key, Value: value}, nil); err != nil {
+		h.t.Fatalf("writing %s: %v", key, err)
+	}
+}
+
+func (h *harness) del(key string) {
+	h.t.Helper()
+	if _, err := h.c.KV().Delete(key, nil); err != nil {
+		h.t.Fatalf("deleting %s: %v", key, err)
+	}
+}
+
+// token creates a token of svc and returns its secret and hash.
+func (h *harness) token(svc string, limit *servekv.Limit) (secret, hash string) {
+	h.t.Helper()
+	secret, hash, id, err := servekv.NewSecret()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	b, _ := json.Marshal(servekv.Token{ID: id, Name: "test", Limit: limit, Created: time.Now()})
+	h.put(servekv.TokenKey(h.prefix, h.ns, svc, hash), b)
+	return secret, hash
+}
+
+// waitRoute waits until a request for path is routed to svc.
+func (h *harness) waitRoute(svc, host, path string) {
+	h.t.Helper()
+	h.eventually(5*time.Second, "route to "+svc, func() bool {
+		tbl := h.g.table.Load()
+		e := tbl.match(host, path)
+		return e != nil && e.svc.name == svc
+	})
+}
+
+// replica registers a replica of svc at addr (host:port) with a passing
+// TTL check, and returns its service ID and check ID.
+func (h *harness) replica(svc, addr, version string, extraTags ...string) (id, check string) {
+	h.t.Helper()
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(portS)
+	id = "rep-" + h.id + "-" + svc + "-" + randomID()
+	check = "chk-" + id
+	tags := append([]string{h.tag(), versionTagPrefix + version}, extraTags...)
+	err = h.c.Agent().ServiceRegister(&consulapi.AgentServiceRegistration{
+		ID: id, Name: h.consulService(svc), Address: host, Port: port, Tags: tags,
+		Check: &consulapi.AgentServiceCheck{CheckID: check, TTL: "10m", Status: consulapi.HealthPassing},
+	})
+	if err != nil {
+		h.t.Fatalf("registering %s: %v", id, err)
+	}
+	h.t.Cleanup(func() { _ = h.c.Agent().ServiceDeregister(id) })
+	return id, check
+}
+
+// backend starts an httptest server and registers it as a replica of svc.
+func (h *harness) backend(svc, version string, handler http.HandlerFunc) (id string, srv *httptest.Server) {
+	h.t.Helper()
+	srv = httptest.NewServer(handler)
+	h.t.Cleanup(srv.Close)
+	id, _ = h.replica(svc, strings.TrimPrefix(srv.URL, "http://"), version)
+	return id, srv
+}
+
+// service is the gateway's state of svc (nil before its route loads).
+func (h *harness) service(svc string) *service {
+	return h.g.lookupService(servekv.LoadName(h.ns, svc))
+}
+
+// endpoints is svc's pool, nil when it has none.
+func (h *harness) endpoints(svc string) []*endpoint {
+	s := h.service(svc)
+	if s == nil {
+		return nil
+	}
+	return s.pool.Load().snapshot().eps
+}
+
+func (h *harness) waitEndpoints(svc string, n int) []*endpoint {
+	h.t.Helper()
+	var eps []*endpoint
+	h.eventually(5*time.Second, fmt.Sprintf("%d endpoints of %s", n, svc), func() bool {
+		eps = h.endpoints(svc)
+		return len(eps) == n
+	})
+	return eps
+}
+
+// eventually polls cond (tests may poll; the gateway may not).
+func (h *harness) eventually(limit time.Duration, what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type result struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+// do sends a request to the gateway; mod may set headers or the Host.
+func (h *harness) do(method, path string, body io.Reader, mod ...func(*http.Request)) result {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.url+path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, f := range mod {
+		f(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{code: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func (h *harness) get(path string, mod ...func(*http.Request)) result {
+	h.t.Helper()
+	return h.do(http.MethodGet, path, nil, mod...)
+}
+
+func withBearer(secret string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) }
+}
+
+func withHost(host string) func(*http.Request) {
+	return func(r *http.Request) { r.Host = host }
+}
+
+// errorOf is the "error" of a JSON error body.
+func errorOf(t *testing.T, body string) string {
+	t.Helper()
+	var e struct{ Error string }
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("not a JSON error body: %q", body)
+	}
+	return e.Error
+}
+
+// echo answers with the path and query it got.
+func echo(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		u := url.URL{Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+		fmt.Fprintf(w, "%s %s", name, u.String())
+	}
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// mustClient is a Consul client that is never called (unit tests).
+func mustClient(t *testing.T) *consulapi.Client {
+	t.Helper()
+	c, err := consulapi.NewClient(&consulapi.Config{Address: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startOwnConsul starts a dev agent for one test that stops it.
+func startOwnConsul() (*testagent.Consul, error) { return testagent.StartConsul("") }

@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/backoff"
+)
+
+// The tags Nomad registers gpujob replicas with (servekv's design).
+const (
+	versionTagPrefix = "gpujob-version="
+	canaryTag        = "gpujob-canary"
+)
+
+// endpoint is one healthy replica. Its fields never change: a replica whose
+// address or tags change is a new endpoint sharing the old one's load.
+type endpoint struct {
+	id      string // Consul's Service.ID
+	addr    string // host:port
+	version string // its gpujob-version tag, "" if none
+	canary  bool   // a canary of an unpromoted deployment
+	load    *endpointLoad
+}
+
+// endpointLoad is the part of an endpoint that lives across the pool's
+// updates, keyed by Service.ID: what the balancer and the ejection read.
+type endpointLoad struct {
+	inflight     atomic.Int64
+	ejectedUntil atomic.Int64 // unix nanoseconds; 0 = never ejected
+}
+
+func (e *endpoint) ejected(now time.Time) bool {
+	return e.load.ejectedUntil.Load() > now.UnixNano()
+}
+
+func (e *endpoint) eject(until time.Time) { e.load.ejectedUntil.Store(until.UnixNano()) }
+
+// poolState is one immutable view of a pool. Whoever waits for a change
+// waits on changed, which is closed when the state is replaced.
+type poolState struct {
+	eps     []*endpoint // sorted by id
+	loaded  bool        // the first health query has answered
+	stopped bool        // the pool's route went away or changed service
+	changed chan struct{}
+}
+
+// pool keeps the healthy replicas of one route's Consul service and tag
+// from a blocking health query.
+type pool struct {
+	g             *Gateway
+	svc           *service
+	consulService string
+	tag           string
+
+	state atomic.Pointer[poolState]
+	mu    sync.Mutex // serializes replacements of state
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newPool(g *Gateway, s *service, consulService, tag string) *pool {
+	p := &pool{g: g, svc: s, consulService: consulService, tag: tag}
+	p.state.Store(&poolState{changed: make(chan struct{})})
+	return p
+}
+
+// start runs the pool's watch until ctx ends or stop.
+func (p *pool) start(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.done = make(chan struct{})
+	go func() {
+		defer close(p.done)
+		p.watch(ctx)
+	}()
+}
+
+// stop ends the watch, waits for it, and empties the pool for good, which
+// wakes the requests held on it.
+func (p *pool) stop() {
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+	}
+	p.setState(nil, true, true)
+}
+
+// snapshot is the pool's current state.
+func (p *pool) snapshot() *poolState { return p.state.Load() }
+
+// setState replaces the state and wakes its waiters; a stopped pool stays
+// stopped.
+func (p *pool) setState(eps []*endpoint, loaded, stopped bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.state.Load()
+	if old.stopped {
+		return
+	}
+	p.state.Store(&poolState{eps: eps, loaded: loaded, stopped: stopped, changed: make(chan struct{})})
+	close(old.changed)
+}
+
+// watch follows Health().Service(consulService, tag, passing only) with
+// blocking queries: Consul answers as soon as a check changes or a replica
+// is deregistered, so the pool follows it within a round trip. On errors the
+// last good endpoints stay (an outage of Consul must not empty the pool).
+func (p *pool) watch(ctx context.Context) {
+	health := p.g.cfg.Consul.Health()
+	bo := backoff.New(250*time.Millisecond, 30*time.Second)
+	errs := &throttledLog{logf: p.g.logf, interval: 30 * time.Second}
+	var index uint64
+	for ctx.Err() == nil {
+		q := (&consulapi.QueryOptions{WaitIndex: index, WaitTime: watchWait}).WithContext(ctx)
+		entries, meta, err := health.Service(p.consulService, p.tag, true, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			errs.errorf("gateway: watching the replicas of %s (consul service %q tag %q): %v (keeping the last good ones)",
+				p.svc.key, p.consulService, p.tag, err)
+			bo.Wait(ctx)
+			continue
+		}
+		bo.Reset()
+		errs.recovered("gateway: watching the replicas of %s again", p.svc.key)
+		next, changed := nextIndex(index, meta.LastIndex)
+		index = next
+		if !changed && p.snapshot().loaded {
+			continue
+		}
+		p.update(entries)
+	}
+}
+
+// update makes entries the pool's endpoints, keeping the load of those
+// already known (by Service.ID), and logs and counts a change.
+func (p *pool) update(entries []*consulapi.ServiceEntry) {
+	cur := p.snapshot()
+	known := make(map[string]*endpoint, len(cur.eps))
+	for _, e := range cur.eps {
+		known[e.id] = e
+	}
+	eps := make([]*endpoint, 0, len(entries))
+	seen := make(map[string]bool, len(entries))
+	for _, en := range entries {
+		ep := endpointOf(en)
+		if ep == nil || seen[ep.id] {
+			continue
+		}
+		seen[ep.id] = true
+		if old := known[ep.id]; old != nil {
+			if old.addr == ep.addr && old.version == ep.version && old.canary == ep.canary {
+				ep = old
+			} else {
+				ep.load = old.load
+			}
+		}
+		eps = append(eps, ep)
+	}
+	sort.Slice(eps, func(i, j int) bool { return eps[i].id < eps[j].id })
+	if cur.loaded && sameEndpoints(cur.eps, eps) {
+		return
+	}
+	p.setState(eps, true, false)
+	p.g.metrics.poolUpdated(p.svc)
+	p.g.logf("gateway: pool %s: %d healthy endpoint(s)%s", p.svc.key, len(eps), describeVersions(eps))
+}
+
+// endpointOf is a health entry's endpoint, nil when it has no address.
+func endpointOf(en *consulapi.ServiceEntry) *endpoint {
+	if en == nil || en.Service == nil || en.Service.Port <= 0 {
+		return nil
+	}
+	host := en.Service.Address
+	if host == "" && en.Node != nil {
+		host = en.Node.Address
+	}
+	if host == "" {
+		return nil
+	}
+	ep := &endpoint{id: en.Service.ID, addr: net.JoinHostPort(host, strconv.Itoa(en.Service.Port)), load: &endpointLoad{}}
+	for _, t := range en.Service.Tags {
+		if v, ok := strings.CutPrefix(t, versionTagPrefix); ok {
+			ep.version = v
+		} else if t == canaryTag {
+			ep.canary = true
+		}
+	}
+	return ep
+}
+
+func sameEndpoints(a, b []*endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// describeVersions is a log line's " (v1: 2, v2: 1 canary)".
+func describeVersions(eps []*endpoint) string {
+	if len(eps) == 0 {
+		return ""
+	}
+	type count struct{ n, canary int }
+	byVersion := map[string]*count{}
+	var order []string
+	for _, e := range eps {
+		c := byVersion[e.version]
+		if c == nil {
+			c = &count{}
+			byVersion[e.version] = c
+			order = append(order, e.version)
+		}
+		c.n++
+		if e.canary {
+			c.canary++
+		}
+	}
+	sort.Strings(order)
+	parts := make([]string, 0, len(order))
+	for _, v := range order {
+		c := byVersion[v]
+		name := v
+		if name == "" {
+			name = "unversioned"
+		}
+		s := name + ": " + strconv.Itoa(c.n)
+		if c.canary > 0 {
+			s += " (" + strconv.Itoa(c.canary) + " canary)"
+		}
+		parts = append(parts, s)
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}

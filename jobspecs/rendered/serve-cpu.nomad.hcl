@@ -1,0 +1,93 @@
+# Rendered by `gpujob service render` from a service spec: edit the spec, not this file.
+
+job "echo-clf" {
+  type        = "service"
+  datacenters = ["*"]
+  meta = {
+    gpujob         = "service"
+    gpujob_task    = "serve"
+    gpujob_version = "v1"
+  }
+
+  group "serve" {
+    count = 2
+
+    network {
+      port "http" {
+      }
+    }
+
+    scaling {
+      enabled = true
+      min     = 2
+      max     = 2
+    }
+
+    update {
+      max_parallel      = 1
+      auto_revert       = true
+      health_check      = "checks"
+      min_healthy_time  = "2s"
+      healthy_deadline  = "42s"
+      progress_deadline = "1m24s"
+    }
+
+    restart {
+      attempts = 3
+      interval = "5m"
+      delay    = "5s"
+      mode     = "delay"
+    }
+
+    task "serve" {
+      driver         = "gpujob"
+      shutdown_delay = "3s"
+      kill_timeout   = "15s"
+
+      config {
+        command = "/usr/bin/python3"
+        args    = ["/opt/gpujob/workloads/serve.py", "--no-checkpoint"]
+        service = true
+        env = {
+          GPUJOB_SERVICE_VERSION = "v1"
+          OMP_NUM_THREADS        = "1"
+        }
+      }
+
+      env {
+        PORT = "${NOMAD_PORT_http}"
+      }
+
+      service {
+        name        = "echo-clf"
+        port        = "http"
+        provider    = "consul"
+        tags        = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "traefik.enable=true", "traefik.http.routers.default-echo-clf.rule=PathPrefix(`/echo-clf`)", "traefik.http.routers.default-echo-clf.middlewares=default-echo-clf-strip", "traefik.http.middlewares.default-echo-clf-strip.stripprefix.prefixes=/echo-clf"]
+        canary_tags = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "traefik.enable=true", "traefik.http.routers.default-echo-clf.rule=PathPrefix(`/echo-clf`)", "traefik.http.routers.default-echo-clf.middlewares=default-echo-clf-strip", "traefik.http.middlewares.default-echo-clf-strip.stripprefix.prefixes=/echo-clf", "gpujob-canary"]
+
+        meta {
+          gpujob_namespace = "default"
+          gpujob_version   = "v1"
+        }
+
+        check {
+          name     = "ready"
+          type     = "http"
+          path     = "/healthz"
+          interval = "1s"
+          timeout  = "1s"
+
+          check_restart {
+            limit = 3
+            grace = "30s"
+          }
+        }
+      }
+
+      resources {
+        cpu    = 500
+        memory = 512
+      }
+    }
+  }
+}
