@@ -38,6 +38,7 @@ type clusterOptions struct {
 	consulServers int  // GPUJOB_DEV_CONSUL_SERVERS (0: dev-up's default, one)
 	acl, tls      bool // GPUJOB_DEV_ACL, GPUJOB_DEV_TLS
 	docker        bool // GPUJOB_DEV_DOCKER: a dockerd and Nomad's docker driver
+	gateway       bool // GPUJOB_DEV_GATEWAY: the gpujob gateway job (GPUJOB_GATEWAY_ADDR)
 }
 
 // dev is the cluster the whole package shares: one client of four GPUs and
@@ -110,7 +111,7 @@ func repoRoot() string {
 // startCluster brings up the package's cluster: one client of four GPUs,
 // off the default ports, so `make dev` and the tests can run side by side.
 func startCluster() *cluster {
-	return startClusterWith(1, fakeGPUsPerClient, 10000)
+	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true})
 }
 
 // startClusterWith brings up a cluster of clients Nomad clients with gpus
@@ -164,6 +165,8 @@ func startClusterOpts(opts clusterOptions) *cluster {
 	if opts.docker {
 		cmd.Env = append(cmd.Env, "GPUJOB_DEV_DOCKER=1")
 	}
+	// Only the clusters of the serving tests run a gateway.
+	cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_GATEWAY=%d", map[bool]int{false: 0, true: 1}[opts.gateway]))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()

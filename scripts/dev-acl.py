@@ -7,11 +7,15 @@
       policies of jobspecs/acl/, and creates each token with the secret
       dev-up made for it: the agents' own (a node identity each; NODE... are
       the agents' node names, in the order of their secrets), the Nomad
-      agents', the task driver's, a gpujob user's for sweeps.
+      agents', the task driver's, a gpujob user's for sweeps and for
+      services, the gateways'.
   dev-acl.py nomad STATE_DIR NOMAD_URL REPO
       Bootstraps Nomad's ACLs with the management secret dev-up made,
-      applies the Nomad policies of jobspecs/acl/, and creates the submit
-      and read-only tokens (Nomad picks their secrets; they are saved).
+      applies the Nomad policies of jobspecs/acl/, and creates the submit,
+      read-only and gateway tokens (Nomad picks their secrets; they are saved).
+  dev-acl.py gateway STATE_DIR NOMAD_URL ACL TLS
+      Writes the gateways' tokens (ACL 1) and TLS material (TLS 1) into the
+      Nomad variable nomad/jobs/gpujob-gateway.
 
 Secrets are read from and written to STATE_DIR/secrets; they never appear
 on a command line. With TLS (STATE_DIR/tls exists) the requests verify the
@@ -92,6 +96,8 @@ def consul(state, url, repo, nodes):
         "gpujob-driver": ("consul-gpujob-driver.hcl", "gpujob task driver: the supervisors' rendezvous"),
         "gpujob-nomad-agent": ("consul-nomad-agent.hcl", "Nomad agents' Consul integration"),
         "gpujob-sweeps": ("consul-gpujob-sweeps.hcl", "gpujob user: sweep status, best, report, stop"),
+        "gpujob-services": ("consul-gpujob-services.hcl", "gpujob user: service deploy, status, stop; tokens"),
+        "gpujob-gateway": ("consul-gpujob-gateway.hcl", "gpujob gateways: routes, tokens, health, load reports"),
     }
     for name, (path, desc) in policies.items():
         rules = read(os.path.join(repo, "jobspecs", "acl", path))
@@ -111,6 +117,8 @@ def consul(state, url, repo, nodes):
         ("consul-nomad", "gpujob-nomad-agent", "Nomad agents (consul { token })"),
         ("consul-driver", "gpujob-driver", "gpujob task driver (plugin consul { token })"),
         ("consul-sweeps", "gpujob-sweeps", "gpujob user: sweeps (CONSUL_HTTP_TOKEN)"),
+        ("consul-services", "gpujob-services", "gpujob user: services (CONSUL_HTTP_TOKEN)"),
+        ("consul-gateway", "gpujob-gateway", "gpujob gateways (the variable nomad/jobs/gpujob-gateway)"),
     ]:
         api.retry("creating the Consul token " + secret_name, "PUT", "/v1/acl/token", {
             "SecretID": read(os.path.join(secrets, secret_name + ".token")),
@@ -128,15 +136,42 @@ def nomad(state, url, repo):
     policies = {
         "gpujob-submit": ("nomad-submit.hcl", "gpujob: submit, watch, logs and stop training jobs"),
         "gpujob-readonly": ("nomad-readonly.hcl", "gpujob: gpus, status, list and logs, read only"),
+        "gpujob-gateway": ("nomad-gpujob-gateway.hcl", "gpujob gateways: scale services"),
     }
     for name, (path, desc) in policies.items():
         rules = read(os.path.join(repo, "jobspecs", "acl", path))
         api.retry("creating the Nomad policy " + name, "POST", "/v1/acl/policy/" + name,
                   {"Name": name, "Description": desc, "Rules": rules})
-    for secret_name, policy in [("nomad-submit", "gpujob-submit"), ("nomad-readonly", "gpujob-readonly")]:
+    for secret_name, policy in [("nomad-submit", "gpujob-submit"), ("nomad-readonly", "gpujob-readonly"),
+                                ("nomad-gateway", "gpujob-gateway")]:
         tok = api.retry("creating the Nomad token " + secret_name, "POST", "/v1/acl/token",
                         {"Name": secret_name, "Type": "client", "Policies": [policy]})
         save(secrets, secret_name, tok["SecretID"], "X-Nomad-Token")
+
+
+def gateway(state, url, acl, tls):
+    """Writes the gateways' tokens and TLS material into the Nomad variable
+    nomad/jobs/gpujob-gateway, which the gateway job reads (gpujob gateway
+    render --secrets)."""
+    secrets = os.path.join(state, "secrets")
+    api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
+    if acl == "1":
+        api.token = read(os.path.join(secrets, "nomad-management.token"))
+    items = {}
+    if acl == "1":
+        items["consul_token"] = read(os.path.join(secrets, "consul-gateway.token"))
+        items["nomad_token"] = read(os.path.join(secrets, "nomad-gateway.token"))
+    if tls == "1":
+        t = os.path.join(state, "tls")
+        # Nomad needs none: the gateways reach it through their Task API
+        # socket.
+        for item, f in [("consul_ca_pem", "consul-ca.pem"), ("consul_cert_pem", "consul-cli.pem"),
+                        ("consul_key_pem", "consul-cli-key.pem")]:
+            with open(os.path.join(t, f)) as fh:
+                items[item] = fh.read()
+    path = "nomad/jobs/gpujob-gateway"
+    api.retry("writing the variable " + path, "PUT", "/v1/var/" + path,
+              {"Namespace": "default", "Path": path, "Items": items})
 
 
 def main(argv):
@@ -144,6 +179,8 @@ def main(argv):
         consul(argv[2], argv[3], argv[4], argv[5:])
     elif len(argv) == 5 and argv[1] == "nomad":
         nomad(argv[2], argv[3], argv[4])
+    elif len(argv) == 6 and argv[1] == "gateway":
+        gateway(argv[2], argv[3], argv[4], argv[5])
     else:
         sys.exit(__doc__)
 

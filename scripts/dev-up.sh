@@ -49,6 +49,8 @@
 #                                                      8500 8600 8502 8503 8300 8301 8302
 #                           (with several Consul servers every server uses the same
 #                           numbers on its own address, and so does the client agent)
+#   GPUJOB_DEV_GATEWAY      0: no gpujob gateway; 1 (the default): run one as a Nomad job
+#                           (gpujob gateway render), on GPUJOB_DEV_GATEWAY_PORT (8080)
 #   GPUJOB_DEV_DYN_PORTS    first dynamic task port (20000); client i gets 1000 from
 #                           there on, since all clients fingerprint the same 127.0.0.1
 set -euo pipefail
@@ -71,6 +73,7 @@ off=${GPUJOB_DEV_PORT_OFFSET:-0}
 acl=${GPUJOB_DEV_ACL:-0}
 tls=${GPUJOB_DEV_TLS:-0}
 docker=${GPUJOB_DEV_DOCKER:-0}
+gateway=${GPUJOB_DEV_GATEWAY:-1}
 
 for v in clients consul_servers fake_gpus timeout off; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
@@ -78,6 +81,7 @@ done
 [[ $acl =~ ^[01]$ ]] || die "GPUJOB_DEV_ACL must be 0 or 1, got '$acl'"
 [[ $tls =~ ^[01]$ ]] || die "GPUJOB_DEV_TLS must be 0 or 1, got '$tls'"
 [[ $docker =~ ^[01]$ ]] || die "GPUJOB_DEV_DOCKER must be 0 or 1, got '$docker'"
+[[ $gateway =~ ^[01]$ ]] || die "GPUJOB_DEV_GATEWAY must be 0 or 1, got '$gateway'"
 # Client i binds 127.0.0.(i+1); .255 is the broadcast address.
 ((clients >= 1 && clients <= 253)) || die "GPUJOB_DEV_CLIENTS must be 1..253, got $clients"
 ((consul_servers >= 1 && consul_servers <= 9)) ||
@@ -96,6 +100,7 @@ consul_server=${CONSUL_SERVER_PORT:-$((8300 + off))}
 consul_serf_lan=${CONSUL_SERF_LAN_PORT:-$((8301 + off))}
 consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
 dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
+gateway_port=${GPUJOB_DEV_GATEWAY_PORT:-$((8080 + off))}
 
 # The system python when there is one: a pyenv shim costs a noticeable
 # fraction of a second per call, and clients_ready polls.
@@ -328,6 +333,17 @@ if ((acl)) && ! id gpujob-sweep >/dev/null 2>&1; then
 			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-sweep" >&2
 	fi
 fi
+# With ACLs the gateways hold tokens too: a user of their own, for the same
+# reason (cli/render.DefaultGatewayUser).
+if ((acl && gateway)) && ! id gpujob-gateway >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
+		useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin gpujob-gateway ||
+			die "could not create the user gpujob-gateway (the gateways' user with ACLs)"
+	else
+		echo "dev-up: warning: no user gpujob-gateway: with ACLs, the gateways run as it; create it as root:" \
+			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-gateway" >&2
+	fi
+fi
 for ((i = 1; i <= consul_servers; i++)); do mkdir -p "$dir/consul/server-$i"; done
 ((consul_servers == 1)) || mkdir -p "$dir/consul/client"
 for p in "${plugins[@]}"; do ln -sfn "$plugin_src/$p" "$dir/plugins/$p"; done
@@ -461,6 +477,8 @@ if ((acl)); then
 	save_secret consul-driver "$(new_secret)"
 	# A gpujob user's Consul token for sweeps (status, best, stop).
 	save_secret consul-sweeps "$(new_secret)"
+	save_secret consul-services "$(new_secret)"
+	save_secret consul-gateway "$(new_secret)"
 	# Nomad's bootstrap token; the submit and read-only tokens are made by
 	# Nomad (scripts/dev-acl.py saves them).
 	save_secret nomad-management "$(new_secret)"
@@ -1028,6 +1046,37 @@ if ((acl)); then
 		fail nomad-server "bootstrapping Nomad's ACLs failed"
 fi
 wait_for "$clients ready Nomad client(s)" @lagging clients_ready
+
+# ---- the gpujob gateway -----------------------------------------------------------
+
+# gateway_env is the environment the gateway job is rendered and run with:
+# the cluster's addresses; with ACLs or TLS the management token and the
+# CLI's certificates to register it (the gateways themselves read theirs
+# from the variable nomad/jobs/gpujob-gateway).
+gateway_env() {
+	local e=(NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_env_addr")
+	if ((tls)); then
+		e+=(NOMAD_CACERT="$nomad_ca" NOMAD_CLIENT_CERT="$nomad_cli_cert" NOMAD_CLIENT_KEY="$nomad_cli_key")
+	fi
+	((acl == 0)) || e+=(NOMAD_TOKEN="$(token_of nomad-management)")
+	printf '%s\n' "${e[@]}"
+}
+gateway_healthy() { curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$gateway_port/-/healthz" 2>/dev/null; }
+if ((gateway)) && [ -x "$dir/bin/gpujob" ]; then
+	log "starting the gpujob gateway on 127.0.0.1:$gateway_port"
+	render_args=(gateway render --binary "$dir/bin/gpujob" --port "$gateway_port")
+	if ((acl || tls)); then
+		render_args+=(--secrets)
+		GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" gateway "$dir" "$nomad_addr" "$acl" "$tls" ||
+			fail nomad-server "writing the gateway's variable failed"
+	fi
+	mapfile -t genv < <(gateway_env)
+	env "${genv[@]}" "$dir/bin/gpujob" "${render_args[@]}" >"$dir/config/gateway.nomad.hcl" ||
+		die "gpujob gateway render failed"
+	env "${genv[@]}" "$nomad" job run -detach "$dir/config/gateway.nomad.hcl" >"$dir/logs/gateway-register.log" 2>&1 ||
+		fail nomad-server "registering the gateway job failed: $(cat "$dir/logs/gateway-register.log")"
+	wait_for "the gpujob gateway on port $gateway_port" nomad-client-1 gateway_healthy
+fi
 startup=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
@@ -1060,6 +1109,9 @@ export GPUJOB_DEV_DOCKER='$docker'
 export GPUJOB_CHECKPOINT_ROOT='$checkpoint_root'
 export GPUJOB_CONTROLLER_BINARY='$dir/bin/gpujob'
 EOF
+	if ((gateway)); then
+		echo "export GPUJOB_GATEWAY_ADDR='http://127.0.0.1:$gateway_port'"
+	fi
 	if ((docker)); then
 		cat <<EOF
 # Docker: the cluster's own dockerd (the clients' docker driver uses it).
@@ -1134,6 +1186,9 @@ gpujob dev cluster is up in ${startup}s: $clients client(s), $consul_servers Con
   Consul  $consul_url  (UI: $consul_url/ui)
   security: $security
 EOF
+if ((gateway)); then
+	echo "  Gateway http://127.0.0.1:$gateway_port  (gpujob service deploy; metrics at /metrics)"
+fi
 if ((docker)); then
 	echo "  Docker  unix://$docker_sock  (dockerd $("$docker_cli" -H "unix://$docker_sock" version --format '{{.Server.Version}}' 2>/dev/null), data-root $docker_root)"
 fi

@@ -59,7 +59,7 @@ gpujob_proc_alive() {
 
 # gpujob_dev_start DIR NOMAD_ADDR CONSUL_ADDR NAME WD CMD... runs CMD in WD in
 # its own session (it outlives the calling script and the terminal), with
-# NOMAD_ADDR, CONSUL_HTTP_ADDR and TMPDIR set, output appended to
+# NOMAD_ADDR (without TLS), CONSUL_HTTP_ADDR and TMPDIR set, output appended to
 # DIR/logs/NAME.log, PID in DIR/pids/NAME.pid; it returns once the PID file is
 # written. dev-up starts every agent with it, dev-client restarts clients
 # with it, so a restarted client runs exactly as dev-up ran it.
@@ -72,8 +72,14 @@ gpujob_proc_alive() {
 # always starts from an empty logs/, and a restarted client keeps the log of
 # the run before.
 gpujob_dev_start() {
-	local dir=$1 nomad_addr=$2 consul_addr=$3 name=$4 wd=$5 n
+	local dir=$1 nomad_addr=$2 consul_addr=$3 name=$4 wd=$5 n nomad_env
 	shift 5
+	# A Nomad client's consul-template reads NOMAD_ADDR for the templates'
+	# Nomad API, which it reaches through an in-memory plain-HTTP listener:
+	# an https:// address there fails every nomadVar template ("server gave
+	# HTTP response to HTTPS client"). So with TLS no agent gets one.
+	nomad_env=(NOMAD_ADDR="$nomad_addr")
+	[[ $nomad_addr != https://* ]] || nomad_env=(-u NOMAD_ADDR)
 	# A PID file left by an agent that died would otherwise pass the wait
 	# below at once.
 	rm -f "$dir/pids/$name.pid"
@@ -81,7 +87,7 @@ gpujob_dev_start() {
 		cd "$wd" || exit 1
 		# shellcheck disable=SC2016 # $$ and $@ are for the inner shell
 		exec setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$dir/pids/$name.pid" \
-			env NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_addr" TMPDIR="$dir/tmp" "$@" \
+			env "${nomad_env[@]}" CONSUL_HTTP_ADDR="$consul_addr" TMPDIR="$dir/tmp" "$@" \
 			>>"$dir/logs/$name.log" 2>&1 </dev/null
 	) &
 	for ((n = 0; n < 50; n++)); do

@@ -60,13 +60,10 @@ type API interface {
 	Variable(path string) (*api.Variable, error)
 	DeleteVariable(path string) error
 
-	// Services (service.go). RegisterPreservingCounts registers job but
-	// keeps the counts of its groups that run already (a redeploy must
-	// not undo a scale); ScaleGroup sets one group's count with a message
-	// saying why; LatestDeployment is the job's newest deployment (nil
+	// Services (service.go). ScaleGroup sets one group's count with a
+	// message saying why; LatestDeployment is the job's newest deployment (nil
 	// when it has none); JobVersions lists its versions, newest first;
 	// Revert makes an earlier version the current one again.
-	RegisterPreservingCounts(job *api.Job) (*api.JobRegisterResponse, error)
 	ScaleGroup(jobID, group string, count int, message string) (*api.JobRegisterResponse, error)
 	LatestDeployment(jobID string, q *api.QueryOptions) (*api.Deployment, *api.QueryMeta, error)
 	JobVersions(jobID string) ([]*api.Job, error)

@@ -6,26 +6,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// RegisterPreservingCounts keeps the counts of the groups the job has now.
-func (f *Fake) RegisterPreservingCounts(job *api.Job) (*api.JobRegisterResponse, error) {
-	j := clone(job)
-	f.mu.Lock()
-	if j.ID != nil {
-		if old, ok := f.jobs[*j.ID]; ok {
-			for _, g := range j.TaskGroups {
-				for _, og := range old.TaskGroups {
-					if g.Name != nil && og.Name != nil && *g.Name == *og.Name && og.Count != nil {
-						c := *og.Count
-						g.Count = &c
-					}
-				}
-			}
-		}
-	}
-	f.mu.Unlock()
-	return f.Register(j)
-}
-
 // ScaleGroup sets the group's count as a new version of the job.
 func (f *Fake) ScaleGroup(jobID, group string, count int, message string) (*api.JobRegisterResponse, error) {
 	f.mu.Lock()

@@ -4,11 +4,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-func (c *client) RegisterPreservingCounts(job *api.Job) (*api.JobRegisterResponse, error) {
-	r, _, err := c.c.Jobs().RegisterOpts(job, &api.RegisterOptions{PreserveCounts: true}, nil)
-	return r, c.explain("registering the job", c.ns(CapSubmitJob), err)
-}
-
 func (c *client) ScaleGroup(jobID, group string, count int, message string) (*api.JobRegisterResponse, error) {
 	r, _, err := c.c.Jobs().Scale(jobID, group, &count, message, false, nil, nil)
 	return r, c.explain("scaling "+jobID+"/"+group, c.ns(CapScaleJob), err)

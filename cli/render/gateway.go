@@ -16,13 +16,26 @@ const (
 	MetaKindGateway = "gateway"
 	GatewayJob      = "gpujob-gateway"
 	GatewayGroup    = "gateway"
-	GatewayTask     = "gateway"
+	// GatewayTask is short: its Task API socket,
+	// <data_dir>/alloc/<alloc ID>/<task>/secrets/api.sock, must fit the
+	// 107 bytes of a unix socket's path.
+	GatewayTask = "gw"
 	// GatewayService is the gateways' own Consul service.
 	GatewayService = "gpujob-gateway"
 	// DefaultGatewayPort is the static port every gateway listens on, so
 	// that clients and load balancers have one address per node.
 	DefaultGatewayPort = 8080
 )
+
+// DefaultGatewayUser is who the gateways run as: nobody, or, holding
+// tokens, a user of their own, since the replicas run as nobody and a
+// process of the same user could read the gateway's environment.
+func DefaultGatewayUser(secrets bool) string {
+	if secrets {
+		return "gpujob-gateway"
+	}
+	return "nobody"
+}
 
 // Gateway describes the gateway's job.
 type Gateway struct {
@@ -38,7 +51,20 @@ type Gateway struct {
 	Datacenters []string
 	NodePool    string
 	Namespace   string
+	// Secrets has the gateways read their tokens and Consul TLS material
+	// from the Nomad variable GatewayVariable with their workload identity,
+	// through their Task API socket, instead of the environment (a cluster
+	// with ACLs or TLS): EnvGatewaySecrets names it.
+	Secrets bool
 }
+
+// GatewayVariable is the Nomad variable a gateway job with Secrets reads:
+// its own job's path, which its tasks may read without any policy.
+const GatewayVariable = "nomad/jobs/" + GatewayJob
+
+// EnvGatewaySecrets names the variable a gateway reads its credentials
+// from (gpujob gateway run).
+const EnvGatewaySecrets = "GPUJOB_GATEWAY_SECRETS"
 
 // GatewayJobspec renders the job that runs the gateways: raw_exec (the
 // gateway is a Go binary talking HTTP; it needs no GPU and no file of the
@@ -49,7 +75,7 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 	if !filepath.IsAbs(g.Binary) {
 		return nil, fmt.Errorf("render: the gateway's gpujob binary %q is not an absolute path", g.Binary)
 	}
-	count, port, user := max(g.Count, 1), g.Port, firstNonEmpty(g.User, "nobody")
+	count, port, user := max(g.Count, 1), g.Port, firstNonEmpty(g.User, DefaultGatewayUser(g.Secrets))
 	if port == 0 {
 		port = DefaultGatewayPort
 	}
@@ -104,8 +130,21 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 		interpolation("NOMAD_ADDR_http"),
 	}))
 	task.AppendNewline()
-	if len(g.Env) > 0 {
-		task.SetAttributeValue("env", ctyval.StringMap(g.Env))
+	env := map[string]string{}
+	for k, v := range g.Env {
+		env[k] = v
+	}
+	if g.Secrets {
+		env[EnvGatewaySecrets] = GatewayVariable
+	}
+	if len(env) > 0 {
+		task.SetAttributeValue("env", ctyval.StringMap(env))
+		task.AppendNewline()
+	}
+	if g.Secrets {
+		id := task.AppendNewBlock("identity", nil).Body()
+		id.SetAttributeValue("env", cty.False)
+		id.SetAttributeValue("file", cty.True)
 		task.AppendNewline()
 	}
 	svc := task.AppendNewBlock("service", nil).Body()

@@ -183,7 +183,10 @@ func service(task *hclwrite.Body, s *spec.Service, ns string) {
 	svc.SetAttributeValue("name", cty.StringVal(s.Name))
 	svc.SetAttributeValue("port", cty.StringVal(ServicePort))
 	svc.SetAttributeValue("provider", cty.StringVal("consul"))
-	tags := append([]string{TagService, ServiceTag(ns), TagVerPrefix + s.Version}, TraefikTags(s, ns)...)
+	tags := []string{TagService, ServiceTag(ns), TagVerPrefix + s.Version}
+	if s.Route.Traefik {
+		tags = append(tags, TraefikTags(s, ns)...)
+	}
 	svc.SetAttributeValue("tags", ctyval.Strings(tags))
 	// Nomad puts canary_tags instead of tags on a canary of an unpromoted
 	// deployment.
@@ -211,7 +214,8 @@ func service(task *hclwrite.Body, s *spec.Service, ns string) {
 
 // TraefikTags route Traefik's Consul Catalog provider to the replicas the
 // way the gateway routes (prefix, host, the prefix stripped), for
-// operators who run Traefik; they bypass the gateway's tokens and limits.
+// operators who run Traefik; they bypass the gateway's tokens and limits,
+// so a spec asks for them (route { traefik = true }, without auth).
 func TraefikTags(s *spec.Service, ns string) []string {
 	name := ns + "-" + s.Name
 	rule := fmt.Sprintf("PathPrefix(`%s`)", s.Route.Path)

@@ -88,7 +88,6 @@ func TestServiceJobspecContents(t *testing.T) {
 		`PORT = "${NOMAD_PORT_http}"`,
 		`GPUJOB_SERVICE_VERSION = "v7"`,
 		`"gpujob-ns=ml"`, `"gpujob-version=v7"`, `"gpujob-canary"`,
-		"traefik.http.routers.ml-bert-clf.rule=PathPrefix(`/bert-clf`)",
 		`path     = "/healthz"`,
 		`grace = "10m"`,
 		`shutdown_delay = "3s"`,
@@ -96,6 +95,21 @@ func TestServiceJobspecContents(t *testing.T) {
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("rendered job lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "traefik") {
+		t.Errorf("Traefik tags without route { traefik = true }:\n%s", got)
+	}
+	// Asked for (without auth), they route Traefik the gateway's way.
+	s.Route.Traefik, s.Route.Auth = true, false
+	withTraefik, err := render.ServiceOptions{Namespace: "ml"}.ServiceJobspec(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"traefik.http.routers.ml-bert-clf.rule=PathPrefix(`/bert-clf`)",
+		"traefik.http.middlewares.ml-bert-clf-strip.stripprefix.prefixes=/bert-clf"} {
+		if !strings.Contains(string(withTraefik), want) {
+			t.Errorf("no %s", want)
 		}
 	}
 	if strings.Contains(got, "rendezvous") {

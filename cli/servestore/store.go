@@ -78,6 +78,28 @@ func (s Store) Route(ctx context.Context, ns, svc string) (*servekv.Route, error
 	return &r, nil
 }
 
+// Routes lists every service's route, of every namespace.
+func (s Store) Routes(ctx context.Context) ([]servekv.Route, error) {
+	pairs, _, err := s.Consul.KV().List(s.Prefix+"/", (&consul.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, s.wrap("listing the routes under "+s.Prefix+"/", err)
+	}
+	var out []servekv.Route
+	for _, p := range pairs {
+		ns, svc, ok := servekv.ParseRouteKey(s.Prefix, p.Key)
+		if !ok {
+			continue
+		}
+		var r servekv.Route
+		if json.Unmarshal(p.Value, &r) != nil {
+			continue
+		}
+		r.Namespace, r.Service = ns, svc
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // DeleteRoute removes the route (the gateways stop routing to the service)
 // and keeps its tokens.
 func (s Store) DeleteRoute(ctx context.Context, ns, svc string) error {

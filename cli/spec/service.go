@@ -97,9 +97,12 @@ type Autoscale struct {
 
 // Route is the gateway's route to the service.
 type Route struct {
-	Path         string // path prefix; default "/<name>"
-	Host         string // also match this Host when set
-	Auth         bool   // bearer tokens required (default true)
+	Path string // path prefix; default "/<name>"
+	Host string // also match this Host when set
+	Auth bool   // bearer tokens required (default true)
+	// Traefik adds Traefik Consul Catalog tags to the replicas, so a
+	// Traefik routes to them too: without the gateway's tokens and limits.
+	Traefik      bool
 	RateLimit    *RateLimit
 	Timeout      time.Duration
 	QueueLimit   int
@@ -139,7 +142,7 @@ var updateSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 var autoscaleSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "target_inflight", Required: true}, {Name: "scale_up_delay"}, {Name: "scale_down_delay"}}}
 var routeSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "path"}, {Name: "host"}, {Name: "auth"}, {Name: "timeout"}, {Name: "queue_limit"}, {Name: "queue_timeout"}},
+	Attributes: []hcl.AttributeSchema{{Name: "path"}, {Name: "host"}, {Name: "auth"}, {Name: "timeout"}, {Name: "queue_limit"}, {Name: "queue_timeout"}, {Name: "traefik"}},
 	Blocks:     []hcl.BlockHeaderSchema{{Type: "rate_limit"}},
 }
 var rateLimitSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "rps", Required: true}, {Name: "burst"}}}
@@ -319,6 +322,9 @@ func (d *decoder) health(blk *hcl.Block, h *Health) {
 	if h.Interval < time.Second && at["interval"] != nil {
 		d.errorf(at["interval"].Expr.Range(), "Invalid health.interval", "health.interval must be at least 1s (Nomad's minimum for a check), got %s.", h.Interval)
 	}
+	if h.Timeout < time.Second && at["timeout"] != nil {
+		d.errorf(at["timeout"].Expr.Range(), "Invalid health.timeout", "health.timeout must be at least 1s (Nomad's minimum for a check), got %s.", h.Timeout)
+	}
 	if h.Timeout > h.Interval {
 		d.errorf(d.rangeOr("health.timeout", blk.DefRange), "Invalid health.timeout", "health.timeout (%s) is longer than health.interval (%s).", h.Timeout, h.Interval)
 	}
@@ -334,6 +340,9 @@ func (d *decoder) update(blk *hcl.Block, u *Update, maxReplicas int) {
 	if d.int("update.max_parallel", at["max_parallel"], &u.MaxParallel) && u.MaxParallel < 1 {
 		d.errorf(at["max_parallel"].Expr.Range(), "Invalid update.max_parallel", "update.max_parallel must be at least 1, got %d.", u.MaxParallel)
 	}
+	// Canaries are promoted once healthy unless the spec says otherwise:
+	// gpujob has no promote command of its own (nomad deployment promote).
+	u.AutoPromote = u.Canary > 0
 	d.bool("update.auto_promote", at["auto_promote"], &u.AutoPromote)
 	d.bool("update.auto_revert", at["auto_revert"], &u.AutoRevert)
 	d.duration("update.min_healthy_time", at["min_healthy_time"], &u.MinHealthyTime, false)
@@ -364,7 +373,7 @@ func (d *decoder) route(blk *hcl.Block, r *Route) {
 	c := d.content(blk, routeSchema)
 	at := c.Attributes
 	if d.str("route.path", at["path"], &r.Path) {
-		if !validRoutePath.MatchString(r.Path) {
+		if !validRoutePath.MatchString(r.Path) || strings.Contains(r.Path+"/", "/./") || strings.Contains(r.Path+"/", "/../") {
 			d.errorf(at["path"].Expr.Range(), "Invalid route.path", "route.path must be a path prefix of plain segments such as \"/bert\" or \"/models/bert\" (no trailing slash), got %q.", r.Path)
 		}
 		for _, res := range reservedRoutes {
@@ -377,6 +386,9 @@ func (d *decoder) route(blk *hcl.Block, r *Route) {
 		d.errorf(at["host"].Expr.Range(), "Invalid route.host", "route.host must be a host name such as \"bert.example.com\" (no port), got %q.", r.Host)
 	}
 	d.bool("route.auth", at["auth"], &r.Auth)
+	if d.bool("route.traefik", at["traefik"], &r.Traefik) && r.Traefik && r.Auth {
+		d.errorf(at["traefik"].Expr.Range(), "Traefik route with auth", "route.traefik adds tags that have Traefik route to the replicas without the gateway's tokens, but route.auth is true: set auth = false, or leave Traefik out.")
+	}
 	d.duration("route.timeout", at["timeout"], &r.Timeout, true)
 	if d.int("route.queue_limit", at["queue_limit"], &r.QueueLimit) && r.QueueLimit < 0 {
 		d.errorf(at["queue_limit"].Expr.Range(), "Invalid route.queue_limit", "route.queue_limit must be 0 (no request held) or more, got %d.", r.QueueLimit)

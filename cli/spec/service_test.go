@@ -82,6 +82,22 @@ func TestParseServiceFull(t *testing.T) {
 	}
 }
 
+func TestCanariesArePromotedUnlessSaidOtherwise(t *testing.T) {
+	for _, c := range []struct {
+		update string
+		want   bool
+	}{{"canary = 1", true}, {"canary = 1\n    auto_promote = false", false}, {"max_parallel = 1", false}} {
+		src := "service \"s\" {\n  command = \"x\"\n  replicas {\n    min = 2\n  }\n  update {\n    " + c.update + "\n  }\n}\n"
+		s, diags := spec.ParseService([]byte(src), "svc.hcl", spec.Options{})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		if s.Update.AutoPromote != c.want {
+			t.Errorf("%q: auto_promote %v, want %v", c.update, s.Update.AutoPromote, c.want)
+		}
+	}
+}
+
 func TestParseServiceDefaults(t *testing.T) {
 	s, diags := spec.ParseService([]byte("service \"echo\" {\n  command = \"/bin/true\"\n  version = \"v1\"\n}\n"), "svc.hcl", spec.Options{})
 	if diags.HasErrors() {
@@ -115,6 +131,9 @@ func TestParseServiceErrorsNameTheLine(t *testing.T) {
 		{"port in env", body("  env = { PORT = \"1\" }\n"), []string{"svc.hcl:3:9: error: Conflicting env"}},
 		{"auto promote without canary", body("  update {\n    auto_promote = true\n  }\n"), []string{"svc.hcl:4:20: error: auto_promote without canaries"}},
 		{"canary above max", body("  update {\n    canary = 2\n  }\n"), []string{"svc.hcl:4:14: error: Invalid update.canary"}},
+		{"dot segment", body("  route {\n    path = \"/a/..\"\n  }\n"), []string{"svc.hcl:4:12: error: Invalid route.path"}},
+		{"sub-second timeout", body("  health {\n    timeout = \"500ms\"\n  }\n"), []string{"svc.hcl:4:15: error: Invalid health.timeout"}},
+		{"traefik with auth", body("  route {\n    traefik = true\n  }\n"), []string{"svc.hcl:4:15: error: Traefik route with auth"}},
 		{"unknown attribute", body("  workers = 2\n"), []string{"svc.hcl:3:3: error: Unsupported argument"}},
 		{"a train spec", "train \"t\" {\n  command = \"/bin/true\"\n}\n", []string{"svc.hcl:1:1: error: A train spec where a service spec is expected"}},
 	} {

@@ -243,7 +243,16 @@ type service struct {
 	retryAt  time.Time // no Scale before this, after one failed
 	countErr *errorLog
 	scaleErr *errorLog
+	busy     bool // the last Scale met ErrBusy (logged once)
 }
+
+// ErrBusy is what a Scaler returns, wrapped, when the group cannot be
+// scaled now and will be later: Nomad refuses to scale a job while a
+// deployment of it runs.
+var ErrBusy = errors.New("the group cannot be scaled while a deployment of its job runs")
+
+// busyRetry is how long the autoscaler waits to try again after ErrBusy.
+const busyRetry = 2 * time.Second
 
 // lead watches and decides until ctx ends or lost closes.
 func (a *Autoscaler) lead(ctx context.Context, lost <-chan struct{}) {
@@ -430,6 +439,11 @@ func (a *Autoscaler) decide(ctx context.Context, r route, st *service, loads []s
 		st.State = next
 		return
 	}
+	if desired < s.Current && s.Gateways == 0 {
+		// No gateway reports at all, this one included: that is no
+		// evidence of an idle service, only of broken reports.
+		return
+	}
 	if now.Before(st.retryAt) {
 		return // a Scale failed: try again at the next tick
 	}
@@ -456,12 +470,23 @@ func (a *Autoscaler) decide(ctx context.Context, r route, st *service, loads []s
 		// Keep the state before the decision, so the next tick takes it
 		// again.
 		st.State = s
+		if errors.Is(err, ErrBusy) {
+			// Nomad scales no group while a deployment of its job runs
+			// (one a scale started, or a rollout): wait for it, without
+			// a refused write every half tick.
+			st.retryAt = now.Add(busyRetry)
+			if !st.busy {
+				a.cfg.Logf("autoscaler: %s: waiting for the running deployment to end before scaling to %d (%s)", r.name, desired, reason)
+			}
+			st.busy = true
+			return
+		}
 		st.retryAt = now.Add(a.cfg.Tick / 2)
 		st.scaleErr.failed(fmt.Errorf("to %d (%s): %w", desired, reason, err))
 		return
 	}
 	st.scaleErr.ok()
-	st.State, st.countAt, st.retryAt = next, now, time.Time{}
+	st.State, st.countAt, st.retryAt, st.busy = next, now, time.Time{}, false
 	a.cfg.Logf("autoscaler: %s (job %s, group %s): %s", r.name, r.jobID, r.group, reason)
 }
 

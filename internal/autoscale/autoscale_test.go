@@ -19,6 +19,7 @@ type fakeNomad struct {
 	counts    map[string]int // "<ns>/<job>/<group>"
 	calls     []scaleCall
 	failScale int // the next failScale Scale calls fail
+	busyScale int // the next busyScale Scale calls meet a deployment (ErrBusy)
 }
 
 type scaleCall struct {
@@ -83,6 +84,9 @@ func (f fakeScaler) Scale(ctx context.Context, ns, job, group string, count int,
 	if f.n.failScale > 0 {
 		f.n.failScale--
 		call.err = errors.New("nomad is unavailable")
+	} else if f.n.busyScale > 0 {
+		f.n.busyScale--
+		call.err = fmt.Errorf("%w: job scaling blocked due to active deployment", ErrBusy)
 	} else {
 		f.n.counts[ns+"/"+job+"/"+group] = count
 	}
@@ -362,5 +366,37 @@ func TestAutoscalerDoesNotActWithoutTheLock(t *testing.T) {
 	t.Logf("a waiting autoscaler stopped in %s", time.Since(stopped))
 	if s := sessionsNamed(t, c, LockSessionName); len(s) != 0 {
 		t.Errorf("%d autoscaler sessions left after Run returned", len(s))
+	}
+}
+
+// While a deployment runs, Nomad refuses to scale: the autoscaler waits
+// (busyRetry) instead of asking again every half tick.
+func TestAutoscalerWaitsForADeployment(t *testing.T) {
+	c := newClient(t)
+	prefix, gw := testPrefixes(t)
+	writeRoutes(t, c, prefix, servekv.Autoscale{Min: 0, Max: 3, TargetInflight: 2})
+	nomad := &fakeNomad{busyScale: 1}
+	nomad.set("team", "bert", "serve", 1)
+	nomad.set("team", "plain", "serve", 1)
+	box := &loadBox{}
+	box.set(servekv.LoadName("team", "bert"), 6, 0)
+	rep := NewReporter(c, gw, "gw-a", box.snapshot, 100*time.Millisecond)
+	rep.Logf = logTo(t)
+	stopReporter := runBg(t, 5*time.Second, rep.Run)
+	defer stopReporter()
+	a := newAutoscaler(t, c, prefix, gw, "gw-a", nomad.scaler("gw-a"))
+	stop := runBg(t, 5*time.Second, a.Run)
+	defer stop()
+	start := time.Now()
+	up := nomad.waitScaled(t, 5*time.Second, 3)
+	if up.err != nil {
+		t.Fatalf("last call %+v", up)
+	}
+	calls := nomad.snapshot()
+	if len(calls) != 2 || !errors.Is(calls[0].err, ErrBusy) {
+		t.Errorf("calls %+v: want one refused while busy, then the scale", calls)
+	}
+	if d := time.Since(start); d < busyRetry-200*time.Millisecond {
+		t.Errorf("scaled %s after a busy refusal; the wait is %s", d, busyRetry)
 	}
 }

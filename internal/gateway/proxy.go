@@ -232,6 +232,11 @@ func stripPrefix(prefix string, u *url.URL) (path, rawPath string) {
 		// Otherwise the prefix was itself escaped in the raw path: the
 		// decoded path alone is sent (url re-escapes it).
 	}
+	if !strings.HasPrefix(path, "/") || rawPath != "" && !strings.HasPrefix(rawPath, "/") {
+		// "/svc%2Fx" matches the route "/svc" decoded, but its raw rest
+		// "%2Fx" is no path: send the decoded one, rooted.
+		path, rawPath = "/"+strings.TrimLeft(path, "/"), ""
+	}
 	return path, rawPath
 }
 

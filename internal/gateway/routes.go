@@ -52,6 +52,9 @@ type routeEntry struct {
 	svc    *service
 	// tokens are the service's tokens by hash.
 	tokens map[string]servekv.Token
+	// created is the route key's CreateIndex: of two routes of one host
+	// and prefix, the older wins (dropConflicts).
+	created uint64
 }
 
 // table is an immutable routing table, longest prefix first.
@@ -167,6 +170,7 @@ func nextIndex(old, got uint64) (next uint64, changed bool) {
 // live service down.
 func (g *Gateway) applyKV(ctx context.Context, pairs consulapi.KVPairs, bad map[string]uint64) {
 	routes := map[string]*servekv.Route{}
+	created := map[string]uint64{} // the route key's CreateIndex, by service
 	names := map[string][2]string{}
 	tokens := map[string]map[string]servekv.Token{}
 	seen := map[string]bool{}
@@ -181,6 +185,7 @@ func (g *Gateway) applyKV(ctx context.Context, pairs consulapi.KVPairs, bad map[
 		if ns, svc, ok := servekv.ParseRouteKey(g.prefix, p.Key); ok {
 			key := servekv.LoadName(ns, svc)
 			names[key] = [2]string{ns, svc}
+			created[key] = p.CreateIndex
 			r, err := parseRoute(p.Value, ns, svc)
 			if err != nil {
 				logBad(p, "route", err)
@@ -241,11 +246,12 @@ func (g *Gateway) applyKV(ctx context.Context, pairs consulapi.KVPairs, bad map[
 		}
 		s.route = r
 		entries = append(entries, &routeEntry{
-			route:  r,
-			prefix: normalizePrefix(r.PathPrefix),
-			host:   normalizeHost(r.Host),
-			svc:    s,
-			tokens: tokens[key],
+			route:   r,
+			prefix:  normalizePrefix(r.PathPrefix),
+			host:    normalizeHost(r.Host),
+			svc:     s,
+			tokens:  tokens[key],
+			created: created[key],
 		})
 	}
 	for key, s := range g.services {
@@ -260,7 +266,40 @@ func (g *Gateway) applyKV(ctx context.Context, pairs consulapi.KVPairs, bad map[
 		g.metrics.forget(s)
 		g.logf("gateway: route %s removed", key)
 	}
+	entries, dropped := dropConflicts(entries)
+	for _, d := range dropped {
+		g.logf("gateway: route %s claims %s%s, which %s had first; not routing it (gpujob service deploy refuses this)",
+			d.lost.svc.key, d.lost.route.Host, d.lost.route.PathPrefix, d.kept.svc.key)
+	}
 	g.table.Store(newTable(entries))
+}
+
+// conflict is a route left out because another one had its host and
+// prefix first.
+type conflict struct{ kept, lost *routeEntry }
+
+// dropConflicts keeps, of the routes with the same host and prefix, the one
+// whose key Consul created first: a service deployed later (another
+// namespace's, say) can never take over a path that is routed already.
+func dropConflicts(entries []*routeEntry) ([]*routeEntry, []conflict) {
+	first := map[[2]string]*routeEntry{}
+	for _, e := range entries {
+		k := [2]string{e.host, e.prefix}
+		if f, ok := first[k]; !ok || e.created < f.created || e.created == f.created && e.svc.key < f.svc.key {
+			first[k] = e
+		}
+	}
+	var kept []*routeEntry
+	var lost []conflict
+	for _, e := range entries {
+		if f := first[[2]string{e.host, e.prefix}]; f != e {
+			lost = append(lost, conflict{kept: f, lost: e})
+			continue
+		}
+		kept = append(kept, e)
+	}
+	sort.Slice(lost, func(i, j int) bool { return lost[i].lost.svc.key < lost[j].lost.svc.key })
+	return kept, lost
 }
 
 // parseRoute decodes and checks a route; the key's namespace and service

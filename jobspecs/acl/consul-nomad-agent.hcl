@@ -24,3 +24,9 @@ service "nomad" {
 service "nomad-client" {
   policy = "write"
 }
+
+# The services of jobs (gpujob services' replicas, the gateways): Nomad
+# registers them, with their checks, through the local agent.
+service_prefix "" {
+  policy = "write"
+}

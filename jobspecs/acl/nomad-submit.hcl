@@ -19,6 +19,8 @@ namespace "default" {
     "list-jobs",
     # gpujob logs, submit --logs, and the log tail and result in status.
     "read-logs",
+    # gpujob service scale.
+    "scale-job",
   ]
 }
 

@@ -63,8 +63,8 @@ job "bert-clf" {
         name        = "bert-clf"
         port        = "http"
         provider    = "consul"
-        tags        = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "traefik.enable=true", "traefik.http.routers.default-bert-clf.rule=PathPrefix(`/bert-clf`)", "traefik.http.routers.default-bert-clf.middlewares=default-bert-clf-strip", "traefik.http.middlewares.default-bert-clf-strip.stripprefix.prefixes=/bert-clf"]
-        canary_tags = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "traefik.enable=true", "traefik.http.routers.default-bert-clf.rule=PathPrefix(`/bert-clf`)", "traefik.http.routers.default-bert-clf.middlewares=default-bert-clf-strip", "traefik.http.middlewares.default-bert-clf-strip.stripprefix.prefixes=/bert-clf", "gpujob-canary"]
+        tags        = ["gpujob", "gpujob-ns=default", "gpujob-version=v1"]
+        canary_tags = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "gpujob-canary"]
 
         meta {
           gpujob_namespace = "default"

@@ -62,8 +62,8 @@ job "echo-clf" {
         name        = "echo-clf"
         port        = "http"
         provider    = "consul"
-        tags        = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "traefik.enable=true", "traefik.http.routers.default-echo-clf.rule=PathPrefix(`/echo-clf`)", "traefik.http.routers.default-echo-clf.middlewares=default-echo-clf-strip", "traefik.http.middlewares.default-echo-clf-strip.stripprefix.prefixes=/echo-clf"]
-        canary_tags = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "traefik.enable=true", "traefik.http.routers.default-echo-clf.rule=PathPrefix(`/echo-clf`)", "traefik.http.routers.default-echo-clf.middlewares=default-echo-clf-strip", "traefik.http.middlewares.default-echo-clf-strip.stripprefix.prefixes=/echo-clf", "gpujob-canary"]
+        tags        = ["gpujob", "gpujob-ns=default", "gpujob-version=v1"]
+        canary_tags = ["gpujob", "gpujob-ns=default", "gpujob-version=v1", "gpujob-canary"]
 
         meta {
           gpujob_namespace = "default"

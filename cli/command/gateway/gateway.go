@@ -83,11 +83,12 @@ is NOMAD_ADDR, NOMAD_TOKEN and friends.`,
 }
 
 func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
-	c, err := f.Consul()
+	logger := log.New(f.IO.ErrOut, "gateway: ", log.LstdFlags|log.Lmsgprefix)
+	creds, err := loadCredentials(f.Consul)
 	if err != nil {
 		return err
 	}
-	logger := log.New(f.IO.ErrOut, "gateway: ", log.LstdFlags|log.Lmsgprefix)
+	c := creds.consul
 	prefix := service.KeyPrefix()
 	var reporter *autoscale.Reporter
 	g, err := gw.New(gw.Config{
@@ -122,19 +123,22 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 			}
 		}()
 	}
-	start("routes", g.Run)
-	start("load reports", reporter.Run)
+	var scaler *autoscale.Autoscaler
 	if !o.noAutoscale {
-		a, err := autoscale.New(autoscale.Config{Consul: c, Prefix: prefix, GatewayPrefix: o.gatewayPrefix, ID: o.id,
-			Scaler: &nomadScaler{clients: map[string]nomadapi.API{}}, Logf: logger.Printf})
-		if err != nil {
+		if scaler, err = autoscale.New(autoscale.Config{Consul: c, Prefix: prefix, GatewayPrefix: o.gatewayPrefix, ID: o.id,
+			Scaler: &nomadScaler{clients: map[string]nomadapi.API{}, newClient: creds.nomad}, Logf: logger.Printf}); err != nil {
+			l.Close()
 			return err
 		}
-		start("autoscaler", a.Run)
+	}
+	start("routes", g.Run)
+	start("load reports", reporter.Run)
+	if scaler != nil {
+		start("autoscaler", scaler.Run)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
-	logger.Printf("serving on %s (gateway %s, routes under %s)", l.Addr(), o.id, prefix)
+	logger.Printf("serving on %s (gateway %s, routes under %s, credentials from %s)", l.Addr(), o.id, prefix, creds.from)
 	var failed error
 	select {
 	case <-ctx.Done():
@@ -155,11 +159,11 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 	return nil
 }
 
-// nomadScaler scales services through Nomad, with a client per namespace
-// from the NOMAD_* environment.
+// nomadScaler scales services through Nomad, with a client per namespace.
 type nomadScaler struct {
-	mu      sync.Mutex
-	clients map[string]nomadapi.API
+	mu        sync.Mutex
+	clients   map[string]nomadapi.API
+	newClient func(ns string) (nomadapi.API, error)
 }
 
 func (s *nomadScaler) client(ns string) (nomadapi.API, error) {
@@ -168,7 +172,7 @@ func (s *nomadScaler) client(ns string) (nomadapi.API, error) {
 	if c, ok := s.clients[ns]; ok {
 		return c, nil
 	}
-	c, err := nomadapi.New(nomadapi.Options{Namespace: ns})
+	c, err := s.newClient(ns)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +203,10 @@ func (s *nomadScaler) Scale(_ context.Context, ns, jobID, group string, count in
 		return err
 	}
 	_, err = c.ScaleGroup(jobID, group, count, "gpujob gateway: "+reason)
+	if err != nil && strings.Contains(err.Error(), "blocked due to active deployment") {
+		// Nomad's words (job_endpoint.go): it has no error code of its own.
+		return fmt.Errorf("%w: %v", autoscale.ErrBusy, err)
+	}
 	return err
 }
 

@@ -2,9 +2,10 @@ package service
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
@@ -13,7 +14,9 @@ import (
 	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
@@ -82,6 +85,12 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	}
 	ro := render.ServiceOptions{Namespace: f.Namespace()}
 	ns := ro.ServiceNamespace(s)
+	if s.Namespace != "" && s.Namespace != f.Namespace() {
+		// The job would land in one namespace (Nomad takes the CLI's)
+		// and its route and tag would name the other.
+		return fmt.Errorf("%s: the service's namespace %q differs from the namespace the CLI uses (%s): set --namespace %s",
+			path, s.Namespace, f.Namespace(), s.Namespace)
+	}
 	hcl, err := ro.ServiceJobspec(s)
 	if err != nil {
 		return fmt.Errorf("rendering %s: %w", path, err)
@@ -96,6 +105,9 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	}
 	job, err := nomad.ParseHCL(string(hcl), "")
 	if err != nil {
+		return err
+	}
+	if err := checkRouteFree(ctx, store, s, ns); err != nil {
 		return err
 	}
 	existing, err := nomad.Job(s.Name)
@@ -123,20 +135,37 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	}
 	why := explain.Placement(ask, plan.FailedTGAllocs[render.ServiceGroup], nodes)
 
-	// The route first: a gateway that learns of the service before its
-	// replicas are healthy holds the first requests instead of answering
-	// 404, and one that was routing keeps routing through the update.
-	if err := store.PutRoute(ctx, RouteOf(s, ns)); err != nil {
-		return err
+	// An update of an autoscaled service keeps the count the autoscaler
+	// (or a scale) set, within the new bounds; a fixed one takes the
+	// spec's.
+	if existing != nil && s.Autoscale != nil {
+		if g, eg := group(job), group(existing); g != nil && eg != nil && eg.Count != nil {
+			n := min(max(*eg.Count, s.Replicas.Min), s.Replicas.Max)
+			g.Count = &n
+		}
 	}
-	var reg *api.JobRegisterResponse
-	if existing != nil {
-		reg, err = nomad.RegisterPreservingCounts(job)
-	} else {
-		reg, err = nomad.Register(job)
-	}
+	// The route goes with the job, in its meta: a revert (Nomad's
+	// auto_revert, gpujob service rollback) brings the route of the
+	// version it goes back to (restoreRoute).
+	route := RouteOf(s, ns)
+	routeJSON, err := json.Marshal(route)
 	if err != nil {
 		return err
+	}
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta[MetaRoute] = string(routeJSON)
+	reg, err := nomad.Register(job)
+	if err != nil {
+		return err
+	}
+	// The route once the job is registered, so a failed register leaves
+	// the old one. A gateway that learns of the service before its
+	// replicas are healthy holds the first requests; one that was routing
+	// keeps routing through the update.
+	if err := store.PutRoute(ctx, route); err != nil {
+		return fmt.Errorf("%s is registered, but its route is not: %w (deploy again)", s.Name, err)
 	}
 	res := DeployResult{Service: s.Name, Namespace: ns, Version: s.Version, EvalID: reg.EvalID, Status: "registered",
 		Queued: why, Endpoint: gatewayAddr(o.gateway) + s.Route.Path}
@@ -176,6 +205,13 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	var failed error
 	if res.Status != api.DeploymentStatusSuccessful {
 		failed = &submit.ExitError{Code: 1, Err: fmt.Errorf("deployment of %s %s %s: %s", s.Name, s.Version, res.Status, res.Description)}
+		// Nomad's auto_revert registered the last good version again:
+		// its route goes back with it.
+		if v, err := restoreRoute(ctx, nomad, store, s.Name, s.Version); err != nil {
+			fmt.Fprintf(f.IO.ErrOut, "gpujob: restoring the route of the version Nomad reverted to: %v\n", err)
+		} else if v != "" && !o.json {
+			fmt.Fprintf(out, "%s is back on %s, with its route\n", s.Name, v)
+		}
 	}
 	return finish(out, o.json, res, failed)
 }
@@ -208,6 +244,9 @@ func RouteOf(s *spec.Service, ns string) servekv.Route {
 		QueueLimit: s.Route.QueueLimit, QueueTimeout: servekv.Duration(s.Route.QueueTimeout),
 		JobID: s.Name, Group: render.ServiceGroup,
 	}
+	if r.QueueLimit == 0 {
+		r.QueueLimit = -1 // the spec's "hold none"; the gateway's 0 is its default
+	}
 	if rl := s.Route.RateLimit; rl != nil {
 		r.RateLimit = &servekv.Limit{RPS: rl.RPS, Burst: rl.Burst}
 	}
@@ -218,4 +257,67 @@ func RouteOf(s *spec.Service, ns string) servekv.Route {
 	return r
 }
 
-var errNoDeployment = errors.New("no deployment")
+// MetaRoute is the job meta that carries the route it was deployed with.
+const MetaRoute = "gpujob_route"
+
+// restoreRoute writes the route of the job's current version when that
+// version is no longer the one just deployed (a revert): it returns that
+// version's label, "" when nothing was reverted.
+func restoreRoute(ctx context.Context, nomad nomadapi.API, store servestore.Store, name, deployed string) (string, error) {
+	cur, err := nomad.Job(name)
+	if err != nil {
+		return "", err
+	}
+	v := cur.Meta[render.MetaVersion]
+	if v == deployed {
+		return "", nil
+	}
+	return v, putRouteOf(ctx, store, cur)
+}
+
+// putRouteOf writes the route a job version carries in its meta.
+func putRouteOf(ctx context.Context, store servestore.Store, job *api.Job) error {
+	raw := job.Meta[MetaRoute]
+	if raw == "" {
+		return fmt.Errorf("job version %d carries no route (%s meta)", deref(job.Version), MetaRoute)
+	}
+	var r servekv.Route
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return fmt.Errorf("job version %d: its %s meta: %w", deref(job.Version), MetaRoute, err)
+	}
+	return store.PutRoute(ctx, r)
+}
+
+// checkRouteFree refuses a route that another service (of any namespace)
+// has: the same host and path, or a path inside or around its path. The
+// gateways would route the older one anyway; this says so before
+// anything is deployed.
+func checkRouteFree(ctx context.Context, store servestore.Store, s *spec.Service, ns string) error {
+	routes, err := store.Routes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if r.Namespace == ns && r.Service == s.Name {
+			continue
+		}
+		if !strings.EqualFold(r.Host, s.Route.Host) {
+			continue
+		}
+		if nested(r.PathPrefix, s.Route.Path) || nested(s.Route.Path, r.PathPrefix) {
+			where := r.PathPrefix
+			if r.Host != "" {
+				where = r.Host + where
+			}
+			return fmt.Errorf("the route %s%s would take over %s, which service %s/%s has: choose another route.path (or route.host)",
+				s.Route.Host, s.Route.Path, where, r.Namespace, r.Service)
+		}
+	}
+	return nil
+}
+
+// nested reports whether path is prefix or lies under it, segment-wise.
+func nested(prefix, path string) bool {
+	prefix, path = strings.TrimSuffix(prefix, "/"), strings.TrimSuffix(path, "/")
+	return path == prefix || strings.HasPrefix(path, prefix+"/")
+}

@@ -49,6 +49,14 @@ than the current one.`,
 			if err != nil {
 				return err
 			}
+			// The route of the version it goes back to (its job meta).
+			store, err := Store(f)
+			if err != nil {
+				return err
+			}
+			if err := putRouteOf(ctx, store, target); err != nil {
+				fmt.Fprintf(f.IO.ErrOut, "gpujob: the gateway route stays as it was: %v\n", err)
+			}
 			fmt.Fprintf(f.IO.Out, "rolling %s back to %s (job version %d), evaluation %s\n",
 				args[0], target.Meta[render.MetaVersion], deref(target.Version), shortOr(reg.EvalID))
 			if detach {

@@ -43,6 +43,12 @@ away from it again as the load says.`,
 					args[0], *p.Min, *p.Max, n)
 			}
 			was := deref(g.Count)
+			if was == n {
+				// A scale to the same count is still a new job version
+				// and deployment in Nomad: skip it.
+				fmt.Fprintf(f.IO.Out, "%s runs %d replica(s) already\n", args[0], n)
+				return nil
+			}
 			reg, err := nomad.ScaleGroup(args[0], render.ServiceGroup, n, "gpujob service scale")
 			if err != nil {
 				return err

@@ -311,3 +311,96 @@ func TestStopKeepsTokensUnlessPurged(t *testing.T) {
 		t.Errorf("purge left %d keys", len(pairs))
 	}
 }
+
+// A service never takes over another's path, whatever its namespace, and
+// the spec's namespace must be the CLI's.
+func TestDeployRefusesATakenRouteAndAnotherNamespace(t *testing.T) {
+	c := consulClient(t)
+	f := newFake()
+	if out, err := execute(t, c, f, "deploy", "--detach", writeSpec(t, "owner", "v1")); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	src := strings.Replace(strings.Replace(serviceSrc, "%s", "thief", 1), "%s", "v1", 1)
+	for _, c2 := range []struct{ route, want string }{
+		{"route {\n    path = \"/owner\"\n", "would take over /owner, which service default/owner has"},
+		{"route {\n    path = \"/owner/predict\"\n", "would take over /owner"},
+	} {
+		p := filepath.Join(t.TempDir(), "thief.hcl")
+		if err := os.WriteFile(p, []byte(strings.Replace(src, "route {\n", c2.route, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := execute(t, c, f, "deploy", "--detach", p)
+		if err == nil || !strings.Contains(err.Error(), c2.want) {
+			t.Errorf("%q: err %v\n%s", c2.route, err, out)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "ns.hcl")
+	if err := os.WriteFile(p, []byte(strings.Replace(src, "gpus_per_replica = 0", "gpus_per_replica = 0\n  namespace = \"prod\"", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := execute(t, c, f, "deploy", "--detach", p); err == nil || !strings.Contains(err.Error(), "set --namespace prod") {
+		t.Errorf("namespace mismatch: %v\n%s", err, out)
+	}
+	if len(f.Registered) != 1 {
+		t.Errorf("registered %d jobs, want only the owner", len(f.Registered))
+	}
+}
+
+// A rollback brings back the route of the version it goes back to.
+func TestRollbackRestoresTheRoute(t *testing.T) {
+	c := consulClient(t)
+	f := newFake()
+	if out, err := execute(t, c, f, "deploy", "--detach", writeSpec(t, "rb", "v1")); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// v2 drops the rate limit.
+	src := strings.Replace(strings.Replace(serviceSrc, "%s", "rb", 1), "%s", "v2", 1)
+	src = strings.Replace(src, "    rate_limit {\n      rps = 10\n      burst = 20\n    }\n", "", 1)
+	p := filepath.Join(t.TempDir(), "rb.hcl")
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := execute(t, c, f, "deploy", "--detach", p); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	if r, _ := store.Route(context.Background(), "default", "rb"); r == nil || r.RateLimit != nil {
+		t.Fatalf("v2's route: %+v", r)
+	}
+	// Nomad marks deployed versions stable; the fake does not.
+	versions, _ := f.JobVersions("rb")
+	for _, v := range versions {
+		stable := true
+		v.Stable = &stable
+		if *v.Version == 0 {
+			f.SetJob(v) // the history is what Revert reads; Stable is for rollbackTarget
+		}
+	}
+	out, err := execute(t, c, f, "rollback", "--detach", "--to-version", "0", "rb")
+	if err != nil || !strings.Contains(out, "rolling rb back to v1 (job version 0)") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r, _ := store.Route(context.Background(), "default", "rb"); r == nil || r.RateLimit == nil || r.RateLimit.RPS != 10 {
+		t.Errorf("after the rollback the route is %+v, want v1's with its rate limit", r)
+	}
+}
+
+// stop removes a route whose job is gone (a deploy that failed half-way).
+func TestStopRemovesAnOrphanRoute(t *testing.T) {
+	c := consulClient(t)
+	f := newFake()
+	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	if err := store.PutRoute(context.Background(), servekv.Route{Namespace: "default", Service: "orphan", PathPrefix: "/orphan", ConsulService: "orphan"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, c, f, "stop", "orphan")
+	if err != nil || !strings.Contains(out, "no job in Nomad; removed its route") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r, _ := store.Route(context.Background(), "default", "orphan"); r != nil {
+		t.Error("the orphan route survived")
+	}
+	if _, err := execute(t, c, f, "stop", "orphan"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("stopping nothing: %v", err)
+	}
+}

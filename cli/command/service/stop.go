@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -31,15 +32,32 @@ them and the job's history.`,
 				return err
 			}
 			ns := f.Namespace()
-			if _, err := loadService(nomad, args[0]); err != nil {
+			_, jobErr := loadService(nomad, args[0])
+			if jobErr != nil && !strings.Contains(jobErr.Error(), "not found") {
+				return jobErr // another kind of job, or Nomad failing
+			}
+			route, err := store.Route(ctx, ns, args[0])
+			if err != nil {
 				return err
+			}
+			if jobErr != nil && route == nil {
+				return jobErr
 			}
 			if err := store.DeleteRoute(ctx, ns, args[0]); err != nil {
 				return err
 			}
-			eval, err := nomad.Deregister(args[0], purge)
-			if err != nil {
-				return err
+			eval := ""
+			if jobErr == nil {
+				if eval, err = nomad.Deregister(args[0], purge); err != nil {
+					return err
+				}
+			} else {
+				// A route left by a deploy whose job is gone: remove it.
+				fmt.Fprintf(f.IO.Out, "%s has no job in Nomad; removed its route\n", args[0])
+				if purge {
+					return store.DeleteService(ctx, ns, args[0])
+				}
+				return nil
 			}
 			what := "stopped"
 			if purge {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
-	"strings"
 
 	consul "github.com/hashicorp/consul/api"
 
@@ -72,21 +70,12 @@ func runController(ctx context.Context, f *factory.Factory, name string) error {
 // the variable at path through the Task API socket, and it then acts with
 // them: Nomad through the same socket, Consul at the address it was given.
 func credentialedEnv(f *factory.Factory, path string) (*env, error) {
-	secrets := os.Getenv("NOMAD_SECRETS_DIR")
-	if secrets == "" {
-		return nil, fmt.Errorf("%s is set but NOMAD_SECRETS_DIR is not: the controller runs only as a Nomad task", sweepcreds.EnvVariable)
-	}
-	jwt, err := os.ReadFile(filepath.Join(secrets, "nomad_token"))
+	sock, jwt, err := nomadapi.TaskAPI()
 	if err != nil {
-		return nil, fmt.Errorf("reading the workload identity (the job's identity block gives it): %w", err)
-	}
-	sock := filepath.Join(secrets, "api.sock")
-	if _, err := os.Stat(sock); err != nil {
-		// Nomad skips the socket when its path is too long for one.
-		return nil, fmt.Errorf("the Task API socket: %w (a data_dir path too long for a unix socket?)", err)
+		return nil, fmt.Errorf("%s is set: %w", sweepcreds.EnvVariable, err)
 	}
 	ns := f.Namespace()
-	wi, err := nomadapi.New(nomadapi.Options{Socket: sock, Token: strings.TrimSpace(string(jwt)), Namespace: ns})
+	wi, err := nomadapi.New(nomadapi.Options{Socket: sock, Token: jwt, Namespace: ns})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bufio"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestReadResponse(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		in     string
+		status int
+		keep   bool
+	}{
+		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: x\r\n\r\nhello", 200, true},
+		{"chunked with trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n1\r\n!\r\n0\r\nX-T: 1\r\n\r\n", 200, true},
+		{"connection close", "HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 2\r\n\r\nno", 401, false},
+		{"interim then final", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", 204, true},
+		{"http/1.0 keep-alive", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", 200, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// The next response must be read from where this one ended.
+			br := bufio.NewReader(strings.NewReader(c.in + "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nz"))
+			status, keep, err := readResponse(br)
+			if err != nil || status != c.status || keep != c.keep {
+				t.Fatalf("got %d %v %v, want %d %v", status, keep, err, c.status, c.keep)
+			}
+			if status, _, err := readResponse(br); err != nil || status != 200 {
+				t.Fatalf("the next response: %d %v", status, err)
+			}
+		})
+	}
+	if _, _, err := readResponse(bufio.NewReader(strings.NewReader("garbage\r\n\r\n"))); err == nil {
+		t.Fatal("no error for a malformed status line")
+	}
+}
+
+func TestPercentileAndStat(t *testing.T) {
+	v := make([]int64, 100)
+	for i := range v {
+		v[i] = int64(i + 1)
+	}
+	if p := percentile(v, 0.5); p != 50 {
+		t.Errorf("p50 = %d, want 50", p)
+	}
+	if p := percentile(v, 0.99); p != 99 {
+		t.Errorf("p99 = %d, want 99", p)
+	}
+	if p := percentile(v[:1], 0.99); p != 1 {
+		t.Errorf("p99 of one = %d", p)
+	}
+	s := statOf([]float64{3, 1, 2, 10})
+	if s.Median != 2.5 || s.Min != 1 || s.Max != 10 || s.N != 4 {
+		t.Errorf("stat = %+v", s)
+	}
+	if s := statOf([]float64{5, 1, 3}); s.Median != 3 {
+		t.Errorf("odd median = %v", s.Median)
+	}
+}
+
+func TestSummarizeAddedOverDirectPerRound(t *testing.T) {
+	r := &results{Runs: []armRun{
+		{Arm: armDirect, Round: 1, RPS: 100, P50Ms: 20, P99Ms: 30},
+		{Arm: armGateway, Round: 1, RPS: 90, P50Ms: 21.5, P99Ms: 35},
+		{Arm: armHAProxy, Round: 1, RPS: 100, P50Ms: 20.5, P99Ms: 31},
+		{Arm: armHAProxy, Round: 2, RPS: 50, P50Ms: 30, P99Ms: 40},
+		{Arm: armDirect, Round: 2, RPS: 50, P50Ms: 29, P99Ms: 33},
+		{Arm: armGateway, Round: 2, RPS: 50, P50Ms: 30, P99Ms: 39},
+	}}
+	r.summarize()
+	if len(r.Summary.Arms) != 3 || r.Summary.Arms[0].Arm != armDirect || r.Summary.Arms[2].Arm != armHAProxy {
+		t.Fatalf("arms = %+v", r.Summary.Arms)
+	}
+	gw := r.Summary.Arms[1]
+	if gw.AddedP50Ms.Min != 1 || gw.AddedP50Ms.Max != 1.5 || gw.AddedP99Ms.Median != 5.5 {
+		t.Errorf("gateway added = %+v %+v", gw.AddedP50Ms, gw.AddedP99Ms)
+	}
+	if s := r.Summary.GatewayOverHAProxyRPS; math.Abs(s.Median-0.95) > 1e-9 || s.N != 2 {
+		t.Errorf("ratio = %+v", s)
+	}
+	if len(r.Summary.Targets) != 2 || !r.Summary.Targets[0].Met || r.Summary.Targets[1].Met {
+		t.Errorf("targets = %+v", r.Summary.Targets)
+	}
+	if md := r.markdown(); !strings.Contains(md, "| gateway | 70 (50–90)") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
