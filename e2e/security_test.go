@@ -449,6 +449,11 @@ func (c *cluster) nothingInConsul(t *testing.T) {
 			return false
 		}
 		for _, s := range sessions {
+			// The cluster's gateway keeps sessions of its own (its load
+			// report, the autoscaling lock) for as long as it runs.
+			if strings.HasPrefix(s.Name, "gpujob-gateway") {
+				continue
+			}
 			left = append(left, fmt.Sprintf("session %s (%s)", s.Name, s.ID[:8]))
 		}
 		keys, _, err := cc.KV().Keys("gpujob/rendezvous/", "", nil)

@@ -68,7 +68,7 @@ func (c *cluster) serviceSpec(t *testing.T, name, version string, replicas int, 
   health {
     interval      = "1s"
     timeout       = "1s"
-    initial_delay = "10s"
+    initial_delay = "6s"
   }
   update {
     canary           = 1

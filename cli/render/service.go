@@ -171,10 +171,12 @@ func update(group *hclwrite.Body, s *spec.Service) {
 
 // Deadlines are the update's healthy and progress deadlines: a replica has
 // its initial delay plus the time for its check to pass a few times and
-// stay healthy; the deployment fails when none turned healthy in twice that.
+// stay healthy; the deployment fails (and auto_revert reverts it) when no
+// replica turned healthy in half as long again, Nomad's progress deadline
+// being later than the healthy one by rule.
 func Deadlines(s *spec.Service) (healthy, progress time.Duration) {
 	healthy = s.Health.InitialDelay + s.Update.MinHealthyTime + max(10*time.Second, 10*s.Health.Interval)
-	return healthy, 2 * healthy
+	return healthy, (healthy + max(10*time.Second, healthy/2)).Round(time.Second)
 }
 
 // service writes the replica's Consul registration and its HTTP check.

@@ -31,7 +31,7 @@ job "bert-clf" {
       health_check      = "checks"
       min_healthy_time  = "5s"
       healthy_deadline  = "10m25s"
-      progress_deadline = "20m50s"
+      progress_deadline = "15m38s"
     }
 
     restart {

@@ -29,7 +29,7 @@ job "echo-clf" {
       health_check      = "checks"
       min_healthy_time  = "2s"
       healthy_deadline  = "42s"
-      progress_deadline = "1m24s"
+      progress_deadline = "1m3s"
     }
 
     restart {

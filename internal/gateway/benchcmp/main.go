@@ -263,8 +263,8 @@ func run(o options) (err error) {
 				return fmt.Errorf("round %d, %s: %w", r+1, arm, err)
 			}
 			ar.Round, ar.Position = r+1, pos+1
-			logf("  %-11s %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d  proxy CPU %5.1f us/req (r/w syscalls %.2f/%.2f)  machine busy %3.0f%%",
-				arm, ar.RPS, ar.P50Ms, ar.P99Ms, ar.Errors, ar.ProxyCPUUsPerReq, ar.ProxyReadsPerReq, ar.ProxyWritesPerReq, 100*ar.MachineBusy)
+			logf("  %-11s %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d  proxy CPU %5.1f us/req (r/w syscalls %.2f/%.2f)  machine busy %3.0f%% (not ours %3.0f%%)",
+				arm, ar.RPS, ar.P50Ms, ar.P99Ms, ar.Errors, ar.ProxyCPUUsPerReq, ar.ProxyReadsPerReq, ar.ProxyWritesPerReq, 100*ar.MachineBusy, 100*ar.OtherBusy)
 			res.Runs = append(res.Runs, ar)
 		}
 	}

@@ -36,6 +36,10 @@ type armRun struct {
 	LoadCPUUsPerReq    float64 `json:"load_cpu_us_per_req"`
 	BackendCPUUsPerReq float64 `json:"backend_cpu_us_per_req"`
 	MachineBusy        float64 `json:"machine_busy"`
+	// OtherBusy is the part of MachineBusy not spent by the proxy, the
+	// load generator or the replicas: Consul, the kernel's softirqs not
+	// charged to them, and whatever else runs on the machine.
+	OtherBusy float64 `json:"other_busy"`
 	// The gateway's read and write system calls per request
 	// (/proc/PID/io's syscr and syscw; Go's sockets use read and write,
 	// HAProxy's recv and send, which those do not count: 0 for HAProxy).
@@ -221,6 +225,8 @@ func (e *env) measureArm(arm string, round int) (armRun, error) {
 	r.BackendCPUUsPerReq = perReq(s1.backend - s0.backend)
 	if dt := s1.total - s0.total; dt > 0 {
 		r.MachineBusy = float64(s1.busy-s0.busy) / float64(dt)
+		ours := (s1.proxy - s0.proxy) + (s1.self - s0.self) + (s1.backend - s0.backend)
+		r.OtherBusy = float64(s1.busy-s0.busy-ours) / float64(dt)
 	}
 	return r, nil
 }
@@ -252,6 +258,10 @@ type poolRun struct {
 	// endpoint (the answer of the first scrape that does; scraped back to
 	// back, each scrape taking about a millisecond).
 	PoolDownMs float64 `json:"pool_down_ms"`
+	// ScrapeDownMs and ScrapeUpMs are how long that scrape took: the pool
+	// changed at most that long before PoolDownMs (PoolUpMs).
+	ScrapeDownMs float64 `json:"scrape_down_ms"`
+	ScrapeUpMs   float64 `json:"scrape_up_ms"`
 	// LastToR2Ms: check critical -> the last request r2 received (after
 	// which the gateway sent it none for a second). A lower bound of the
 	// pool update: the closed loop sends in waves, with gaps of a few ms.
@@ -323,18 +333,20 @@ func (e *env) measurePool() (*poolResult, error) {
 	// waitEndpoints scrapes the gateway's /metrics back to back until its
 	// pool has n endpoints.
 	metricsClient := &http.Client{Timeout: 5 * time.Second}
-	waitEndpoints := func(t0 int64, n int) (float64, error) {
+	waitEndpoints := func(t0 int64, n int) (at, scrape float64, err error) {
 		deadline := time.Now().Add(15 * time.Second)
 		for time.Now().Before(deadline) {
+			sent := time.Now().UnixNano()
 			got, err := e.gatewayEndpoints(metricsClient)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if got == n {
-				return nsToMs(time.Now().UnixNano() - t0), nil
+				now := time.Now().UnixNano()
+				return nsToMs(now - t0), nsToMs(now - sent), nil
 			}
 		}
-		return 0, fmt.Errorf("the gateway's pool does not have %d endpoints 15 s after the check changed", n)
+		return 0, 0, fmt.Errorf("the gateway's pool does not have %d endpoints 15 s after the check changed", n)
 	}
 
 	agent := e.client.Agent()
@@ -357,7 +369,7 @@ func (e *env) measurePool() (*poolResult, error) {
 		if err := agent.UpdateTTL(check, "benchcmp: down", consulapi.HealthCritical); err != nil {
 			return nil, err
 		}
-		if pr.PoolDownMs, err = waitEndpoints(t0, 1); err != nil {
+		if pr.PoolDownMs, pr.ScrapeDownMs, err = waitEndpoints(t0, 1); err != nil {
 			return nil, err
 		}
 		// Wait until r2 has received nothing for a second.
@@ -385,7 +397,7 @@ func (e *env) measurePool() (*poolResult, error) {
 		if err := agent.UpdateTTL(check, "benchcmp: up", consulapi.HealthPassing); err != nil {
 			return nil, err
 		}
-		if pr.PoolUpMs, err = waitEndpoints(t1, 2); err != nil {
+		if pr.PoolUpMs, pr.ScrapeUpMs, err = waitEndpoints(t1, 2); err != nil {
 			return nil, err
 		}
 		deadline = time.Now().Add(15 * time.Second)
@@ -406,8 +418,8 @@ func (e *env) measurePool() (*poolResult, error) {
 		// Give the watcher its answer before reading it.
 		time.Sleep(200 * time.Millisecond)
 		pr.ConsulUpMs = firstEvent(t1, 2)
-		logf("  flip %d: down: pool %.1f ms, last request to r2 %.1f ms, Consul %.1f ms; up: pool %.1f ms, first request to r2 %.1f ms, Consul %.1f ms",
-			rep+1, pr.PoolDownMs, pr.LastToR2Ms, pr.ConsulDownMs, pr.PoolUpMs, pr.FirstToR2Ms, pr.ConsulUpMs)
+		logf("  flip %d: down: pool %.1f ms (scrape %.1f), last request to r2 %.1f ms, Consul %.1f ms; up: pool %.1f ms (scrape %.1f), first request to r2 %.1f ms, Consul %.1f ms",
+			rep+1, pr.PoolDownMs, pr.ScrapeDownMs, pr.LastToR2Ms, pr.ConsulDownMs, pr.PoolUpMs, pr.ScrapeUpMs, pr.FirstToR2Ms, pr.ConsulUpMs)
 		res.Runs = append(res.Runs, pr)
 		time.Sleep(800 * time.Millisecond)
 	}

@@ -57,6 +57,7 @@ type armSummary struct {
 	LoadCPU    stat   `json:"load_cpu_us_per_req"`
 	BackendCPU stat   `json:"backend_cpu_us_per_req"`
 	Busy       stat   `json:"machine_busy"`
+	OtherBusy  stat   `json:"other_busy"`
 	Reads      stat   `json:"proxy_reads_per_req"`
 	Writes     stat   `json:"proxy_writes_per_req"`
 	Errors     int    `json:"errors"`
@@ -80,6 +81,7 @@ type summary struct {
 	PoolUpMs               stat     `json:"pool_up_ms"`
 	PoolFirstToR2Ms        stat     `json:"pool_first_to_r2_ms"`
 	PoolConsulUpMs         stat     `json:"pool_consul_up_ms"`
+	PoolScrapeMs           stat     `json:"pool_scrape_ms"` // the deciding scrapes' durations, down and up
 	Targets                []target `json:"targets"`
 }
 
@@ -134,6 +136,7 @@ func (r *results) summarize() {
 		s.LoadCPU = col(arm, func(a, _ armRun) (float64, bool) { return a.LoadCPUUsPerReq, true })
 		s.BackendCPU = col(arm, func(a, _ armRun) (float64, bool) { return a.BackendCPUUsPerReq, true })
 		s.Busy = col(arm, func(a, _ armRun) (float64, bool) { return a.MachineBusy, true })
+		s.OtherBusy = col(arm, func(a, _ armRun) (float64, bool) { return a.OtherBusy, true })
 		s.Reads = col(arm, func(a, _ armRun) (float64, bool) { return a.ProxyReadsPerReq, a.ProxyReadsPerReq > 0 })
 		s.Writes = col(arm, func(a, _ armRun) (float64, bool) { return a.ProxyWritesPerReq, a.ProxyWritesPerReq > 0 })
 		for _, k := range rounds {
@@ -156,8 +159,9 @@ func (r *results) summarize() {
 	r.Summary.GatewayMinusHAProxyP50 = pair(func(g, h armRun) float64 { return g.P50Ms - h.P50Ms })
 	r.Summary.GatewayMinusHAProxyP99 = pair(func(g, h armRun) float64 { return g.P99Ms - h.P99Ms })
 	if r.Pool != nil {
-		var pd, lr, cd, pu, fr, cu []float64
+		var pd, lr, cd, pu, fr, cu, sc []float64
 		for _, p := range r.Pool.Runs {
+			sc = append(sc, p.ScrapeDownMs, p.ScrapeUpMs)
 			pd, lr, pu, fr = append(pd, p.PoolDownMs), append(lr, p.LastToR2Ms), append(pu, p.PoolUpMs), append(fr, p.FirstToR2Ms)
 			if p.ConsulDownMs >= 0 {
 				cd = append(cd, p.ConsulDownMs)
@@ -168,6 +172,7 @@ func (r *results) summarize() {
 		}
 		r.Summary.PoolDownMs, r.Summary.PoolLastToR2Ms, r.Summary.PoolConsulDownMs = statOf(pd), statOf(lr), statOf(cd)
 		r.Summary.PoolUpMs, r.Summary.PoolFirstToR2Ms, r.Summary.PoolConsulUpMs = statOf(pu), statOf(fr), statOf(cu)
+		r.Summary.PoolScrapeMs = statOf(sc)
 	}
 
 	r.Summary.Targets = nil
@@ -238,15 +243,15 @@ func (r *results) markdown() string {
 	}
 	fmt.Fprintf(&b, "\n%d rounds, %d connections, %.0f ms service time, %d replicas, %.0f s measured per arm after %.0f s warm-up; %d CPUs, %s (gateway GOMAXPROCS %d, HAProxy nbthread %d); %s\n\n",
 		c.Rounds, c.Conns, c.ServiceTimeMs, c.Replicas, c.DurationS, c.WarmupS, c.CPUs, pinned, c.GatewayGOMAXPROCS, c.HAProxyNbthread, firstNonEmpty(c.HAProxyVersion, "HAProxy skipped: "+c.HAProxySkipped))
-	b.WriteString("| arm | throughput (req/s) | p50 (ms) | p99 (ms) | p50 over direct (ms) | p99 over direct (ms) | proxy CPU (µs/req) | machine CPU busy | errors |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| arm | throughput (req/s) | p50 (ms) | p99 (ms) | p50 over direct (ms) | p99 over direct (ms) | proxy CPU (µs/req) | machine CPU busy | of it, not the benchmark's processes | errors |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, a := range r.Summary.Arms {
 		added50, added99, proxy := a.AddedP50Ms.fmtSigned(2), a.AddedP99Ms.fmtSigned(2), a.ProxyCPU.fmt(1)
 		if a.Arm == armDirect {
 			added50, added99, proxy = "-", "-", "-"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a.Arm, a.RPS.fmt(0), a.P50Ms.fmt(2), a.P99Ms.fmt(2),
-			added50, added99, proxy, pct(a.Busy), a.Errors)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a.Arm, a.RPS.fmt(0), a.P50Ms.fmt(2), a.P99Ms.fmt(2),
+			added50, added99, proxy, pct(a.Busy), pct(a.OtherBusy), a.Errors)
 	}
 	if s := r.Summary.GatewayOverHAProxyRPS; s.N > 0 {
 		fmt.Fprintf(&b, "\ngateway / HAProxy throughput, per round: %s; gateway − HAProxy p50: %s ms, p99: %s ms\n",
@@ -273,6 +278,8 @@ func (r *results) markdown() string {
 			r.Summary.PoolDownMs.fmt(1), r.Summary.PoolLastToR2Ms.fmt(1), r.Summary.PoolConsulDownMs.fmt(1))
 		fmt.Fprintf(&b, "| passing: two endpoints, r2 gets requests again | %s ms | %s ms | %s ms |\n",
 			r.Summary.PoolUpMs.fmt(1), r.Summary.PoolFirstToR2Ms.fmt(1), r.Summary.PoolConsulUpMs.fmt(1))
+		fmt.Fprintf(&b, "\nThe pool column is when the first /metrics scrape showing the change was answered (scraped back to back; the deciding scrapes took %s ms, so the pool changed up to that much earlier); r2's column is a lower bound when going down (requests come in waves).\n",
+			r.Summary.PoolScrapeMs.fmt(1))
 	}
 	if len(r.Summary.Targets) > 0 {
 		b.WriteString("\nTargets:\n")
