@@ -114,12 +114,6 @@ func startCluster() *cluster {
 	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true})
 }
 
-// startClusterWith brings up a cluster of clients Nomad clients with gpus
-// fake GPUs each, its ports moved by offset.
-func startClusterWith(clients, gpus, offset int) *cluster {
-	return startClusterOpts(clusterOptions{clients: clients, gpus: gpus, offset: offset})
-}
-
 // startClusterOpts brings up a cluster as opts say.
 func startClusterOpts(opts clusterOptions) *cluster {
 	clients, gpus, offset := opts.clients, opts.gpus, opts.offset

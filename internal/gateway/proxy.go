@@ -125,9 +125,12 @@ func isDialError(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// respond streams a replica's response to the client, flushing after every
-// write so that streamed answers (tokens, server-sent events) arrive as
-// they are made.
+// respond streams a replica's response to the client. An answer of unknown
+// length (chunked: tokens as they are made) or of server-sent events is
+// flushed after every write so that it arrives as it comes; one with a
+// Content-Length is left to the server's buffer, which sends it in one
+// piece (a flush per write cost a third of the gateway's writes and split
+// each answer in two; httputil.ReverseProxy decides the same way).
 func (g *Gateway) respond(w http.ResponseWriter, resp *http.Response, ep *endpoint, out *outcome) {
 	defer ep.load.inflight.Add(-1)
 	defer resp.Body.Close()
@@ -147,8 +150,11 @@ func (g *Gateway) respond(w http.ResponseWriter, resp *http.Response, ep *endpoi
 	h.Set(ReplicaHeader, ep.id)
 	out.code, out.version = resp.StatusCode, ep.version
 	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	var rc *http.ResponseController
+	if resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		rc = http.NewResponseController(w)
+		_ = rc.Flush()
+	}
 
 	if err := copyFlushing(w, rc, resp.Body); err != nil {
 		if errors.Is(err, errClientWrite) {
@@ -174,7 +180,7 @@ var errClientWrite = errors.New("writing to the client")
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyFlushing copies src to w, flushing after each write.
+// copyFlushing copies src to w, flushing after each write when rc is set.
 func copyFlushing(w io.Writer, rc *http.ResponseController, src io.Reader) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -185,8 +191,10 @@ func copyFlushing(w io.Writer, rc *http.ResponseController, src io.Reader) error
 			if _, err := w.Write(buf[:n]); err != nil {
 				return fmt.Errorf("%w: %w", errClientWrite, err)
 			}
-			if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-				return fmt.Errorf("%w: %w", errClientWrite, err)
+			if rc != nil {
+				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+					return fmt.Errorf("%w: %w", errClientWrite, err)
+				}
 			}
 		}
 		if rerr == io.EOF {

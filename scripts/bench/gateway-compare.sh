@@ -9,17 +9,22 @@
 # (median and min-max over the rounds). No dev cluster; needs the cached
 # Consul (make tools) and Debian's haproxy, installed here when run as root,
 # else the HAProxy arm is skipped. Sources: internal/gateway/benchcmp.
-#   scripts/bench/gateway-compare.sh [--rounds 5] [--duration 5s] [--json FILE] [--profile DIR] [--help]
-# (every other flag of benchcmp passes through: -conns, -service-time, -pool-reps, -nbthread ...)
+#   scripts/bench/gateway-compare.sh [--rounds 5 | --runs 5] [--duration 5s] [--json FILE] [--profile DIR] [--help]
+# Every other flag of benchcmp passes through (--conns, --pool-reps, --pin 0:1, --haproxy none,
+# --alt-gateway BIN ...): scripts/bench/gateway-compare.sh -h lists this, `go run ./internal/gateway/benchcmp -h` those.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 args=()
 json=
 profile=
+haproxy_given=
 while [ $# -gt 0 ]; do
 	case $1 in
 	-h | --help) usage; exit 0 ;;
+	--haproxy | -haproxy | --haproxy=* | -haproxy=*) haproxy_given=1; args+=("$1"); shift ;;
+	--runs) args+=(--rounds "${2:?--runs needs a number}"); shift 2 ;; # the other harnesses' name
+	--runs=*) args+=(--rounds "${1#--runs=}"); shift ;;
 	--json) json=${2:?--json needs a file}; shift 2 ;;
 	--json=*) json=${1#--json=}; shift ;;
 	--profile) profile=${2:?--profile needs a directory}; shift 2 ;;
@@ -38,7 +43,9 @@ if [ -n "$profile" ]; then
 fi
 
 haproxy_bin=$(command -v haproxy || true)
-if [ -z "$haproxy_bin" ]; then
+if [ -n "$haproxy_given" ]; then
+	: # --haproxy BIN (or none) given: benchcmp uses it as is
+elif [ -z "$haproxy_bin" ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		echo "gateway-compare.sh: installing Debian's haproxy" >&2
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy >&2 ||
@@ -49,7 +56,8 @@ fi
 if [ -z "$haproxy_bin" ]; then
 	echo "gateway-compare.sh: no haproxy binary (apt-get install haproxy, as root): the HAProxy arm is SKIPPED" >&2
 	args+=(--haproxy none)
-else
+fi
+if [ -z "$haproxy_given" ] && [ -n "$haproxy_bin" ]; then
 	args+=(--haproxy "$haproxy_bin")
 fi
 

@@ -65,7 +65,7 @@ func TestSummarizeAddedOverDirectPerRound(t *testing.T) {
 		{Arm: armDirect, Round: 1, RPS: 100, P50Ms: 20, P99Ms: 30},
 		{Arm: armGateway, Round: 1, RPS: 90, P50Ms: 21.5, P99Ms: 35},
 		{Arm: armHAProxy, Round: 1, RPS: 100, P50Ms: 20.5, P99Ms: 31},
-		{Arm: armHAProxy, Round: 2, RPS: 50, P50Ms: 30, P99Ms: 40},
+		{Arm: armHAProxy, Round: 2, RPS: 50, P50Ms: 30, P99Ms: 40, OtherBusy: 0.5},
 		{Arm: armDirect, Round: 2, RPS: 50, P50Ms: 29, P99Ms: 33},
 		{Arm: armGateway, Round: 2, RPS: 50, P50Ms: 30, P99Ms: 39},
 	}}
@@ -82,6 +82,9 @@ func TestSummarizeAddedOverDirectPerRound(t *testing.T) {
 	}
 	if len(r.Summary.Targets) != 2 || !r.Summary.Targets[0].Met || r.Summary.Targets[1].Met {
 		t.Errorf("targets = %+v", r.Summary.Targets)
+	}
+	if q := r.Summary.Quiet; len(q.Rounds) != 1 || q.Rounds[0] != 1 || q.GatewayAddedP50Ms.Median != 1.5 || q.HAProxyAddedP50Ms.Median != 0.5 {
+		t.Errorf("quiet = %+v", q)
 	}
 	if md := r.markdown(); !strings.Contains(md, "| gateway | 70 (50–90)") {
 		t.Errorf("markdown:\n%s", md)

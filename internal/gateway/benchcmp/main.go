@@ -20,9 +20,12 @@
 //     the last one's answer is in), every latency recorded.
 //
 // Each round measures every arm once (direct, gateway, haproxy), in an order
-// rotated by the round. Then the pool test flips one replica's TTL check to
-// critical and back, under load, and times when the gateway stops and starts
-// sending it requests again (seen by the replica itself).
+// rotated by the round; --alt-gateway adds the gateway of another build as
+// one more arm, --pin puts the proxies on CPUs of their own. Then the pool
+// test flips one replica's TTL check to critical and back, under load, and
+// times when the gateway's pool changes (its /metrics) and when it stops and
+// starts sending the replica requests (seen by the replica itself), beside
+// when Consul answers a blocking query of its own.
 //
 // It prints a markdown table and one JSON line (also written to --json).
 // scripts/bench/gateway-compare.sh builds and runs it.

@@ -83,6 +83,21 @@ type summary struct {
 	PoolConsulUpMs         stat     `json:"pool_consul_up_ms"`
 	PoolScrapeMs           stat     `json:"pool_scrape_ms"` // the deciding scrapes' durations, down and up
 	Targets                []target `json:"targets"`
+	// Quiet is the same over the rounds in which no window had
+	// quietOther or more of the machine busy with other processes.
+	Quiet *quietSummary `json:"quiet,omitempty"`
+}
+
+// quietOther is the busy share of the machine, outside the benchmark's
+// processes, above which a round counts as disturbed.
+const quietOther = 0.10
+
+type quietSummary struct {
+	Rounds                 []int `json:"rounds"`
+	GatewayAddedP50Ms      stat  `json:"gateway_added_p50_ms"`
+	HAProxyAddedP50Ms      stat  `json:"haproxy_added_p50_ms"`
+	GatewayOverHAProxyRPS  stat  `json:"gateway_over_haproxy_rps"`
+	GatewayMinusHAProxyP50 stat  `json:"gateway_minus_haproxy_p50_ms"`
 }
 
 type results struct {
@@ -158,6 +173,37 @@ func (r *results) summarize() {
 	r.Summary.GatewayOverHAProxyRPS = pair(func(g, h armRun) float64 { return g.RPS / h.RPS })
 	r.Summary.GatewayMinusHAProxyP50 = pair(func(g, h armRun) float64 { return g.P50Ms - h.P50Ms })
 	r.Summary.GatewayMinusHAProxyP99 = pair(func(g, h armRun) float64 { return g.P99Ms - h.P99Ms })
+
+	q := &quietSummary{}
+	var gwAdded, haAdded, ratio, minus []float64
+	for _, k := range rounds {
+		quiet := true
+		for _, a := range byRound[k] {
+			if a.OtherBusy >= quietOther {
+				quiet = false
+			}
+		}
+		if !quiet {
+			continue
+		}
+		q.Rounds = append(q.Rounds, k)
+		d, okD := byRound[k][armDirect]
+		g, okG := byRound[k][armGateway]
+		h, okH := byRound[k][armHAProxy]
+		if okD && okG {
+			gwAdded = append(gwAdded, g.P50Ms-d.P50Ms)
+		}
+		if okD && okH {
+			haAdded = append(haAdded, h.P50Ms-d.P50Ms)
+		}
+		if okG && okH {
+			ratio = append(ratio, g.RPS/h.RPS)
+			minus = append(minus, g.P50Ms-h.P50Ms)
+		}
+	}
+	q.GatewayAddedP50Ms, q.HAProxyAddedP50Ms = statOf(gwAdded), statOf(haAdded)
+	q.GatewayOverHAProxyRPS, q.GatewayMinusHAProxyP50 = statOf(ratio), statOf(minus)
+	r.Summary.Quiet = q
 	if r.Pool != nil {
 		var pd, lr, cd, pu, fr, cu, sc []float64
 		for _, p := range r.Pool.Runs {
@@ -241,7 +287,7 @@ func (r *results) markdown() string {
 		load, proxy, _ := strings.Cut(c.Pinned, ":")
 		pinned = fmt.Sprintf("pinned: load generator, replicas and Consul on CPU %s, gateway and HAProxy on CPU %s", load, proxy)
 	}
-	fmt.Fprintf(&b, "\n%d rounds, %d connections, %.0f ms service time, %d replicas, %.0f s measured per arm after %.0f s warm-up; %d CPUs, %s (gateway GOMAXPROCS %d, HAProxy nbthread %d); %s\n\n",
+	fmt.Fprintf(&b, "\n%d rounds, %d connections, %.0f ms service time, %d replicas, %g s measured per arm after %g s warm-up; %d CPUs, %s (gateway GOMAXPROCS %d, HAProxy nbthread %d); %s\n\n",
 		c.Rounds, c.Conns, c.ServiceTimeMs, c.Replicas, c.DurationS, c.WarmupS, c.CPUs, pinned, c.GatewayGOMAXPROCS, c.HAProxyNbthread, firstNonEmpty(c.HAProxyVersion, "HAProxy skipped: "+c.HAProxySkipped))
 	b.WriteString("| arm | throughput (req/s) | p50 (ms) | p99 (ms) | p50 over direct (ms) | p99 over direct (ms) | proxy CPU (µs/req) | machine CPU busy | of it, not the benchmark's processes | errors |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -256,6 +302,14 @@ func (r *results) markdown() string {
 	if s := r.Summary.GatewayOverHAProxyRPS; s.N > 0 {
 		fmt.Fprintf(&b, "\ngateway / HAProxy throughput, per round: %s; gateway − HAProxy p50: %s ms, p99: %s ms\n",
 			s.fmt(3), r.Summary.GatewayMinusHAProxyP50.fmtSigned(2), r.Summary.GatewayMinusHAProxyP99.fmtSigned(2))
+	}
+	if q := r.Summary.Quiet; q != nil {
+		fmt.Fprintf(&b, "\nQuiet rounds (no window with %.0f %% or more of the machine busy outside the benchmark's processes): %d of %d", 100*quietOther, len(q.Rounds), r.Config.Rounds)
+		if len(q.Rounds) > 0 {
+			fmt.Fprintf(&b, " (%v); over them, p50 over direct: gateway %s ms, HAProxy %s ms; gateway / HAProxy throughput %s; gateway − HAProxy p50 %s ms",
+				q.Rounds, q.GatewayAddedP50Ms.fmtSigned(2), q.HAProxyAddedP50Ms.fmtSigned(2), q.GatewayOverHAProxyRPS.fmt(3), q.GatewayMinusHAProxyP50.fmtSigned(2))
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("\nCPU per request (µs), load generator / backends: ")
 	for i, a := range r.Summary.Arms {
