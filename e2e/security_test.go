@@ -429,7 +429,8 @@ func (c *cluster) noJobsRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, j := range jobs {
-		if j.Status != "dead" {
+		// The cluster's own gateway runs for as long as the cluster.
+		if j.Status != "dead" && j.ID != "gpujob-gateway" {
 			t.Errorf("job %s is %s", j.ID, j.Status)
 		}
 	}
