@@ -65,24 +65,8 @@ func ControllerJobspec(c Controller) ([]byte, error) {
 	if user == "" {
 		user = ControllerUser
 	}
-	f := hclwrite.NewEmptyFile()
-	body := f.Body()
-	body.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment,
-		Bytes: []byte("# Rendered by `gpujob sweep submit`: the controller of sweep " + c.Sweep + ".\n")}})
-	body.AppendNewline()
-	job := body.AppendNewBlock("job", []string{c.JobID}).Body()
-	job.SetAttributeValue("type", cty.StringVal("batch"))
-	dcs := c.Datacenters
-	if len(dcs) == 0 {
-		dcs = []string{"*"}
-	}
-	job.SetAttributeValue("datacenters", ctyval.Strings(dcs))
-	if c.Namespace != "" {
-		job.SetAttributeValue("namespace", cty.StringVal(c.Namespace))
-	}
-	if c.NodePool != "" {
-		job.SetAttributeValue("node_pool", cty.StringVal(c.NodePool))
-	}
+	f, job := helperJob("# Rendered by `gpujob sweep submit`: the controller of sweep "+c.Sweep+".\n",
+		c.JobID, "batch", c.Datacenters, c.Namespace, c.NodePool)
 	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindSweepController, MetaSweep: c.Sweep}))
 	job.AppendNewline()
 
@@ -130,4 +114,27 @@ func ControllerJobspec(c Controller) ([]byte, error) {
 	res.SetAttributeValue("cpu", cty.NumberIntVal(100))
 	res.SetAttributeValue("memory", cty.NumberIntVal(128))
 	return f.Bytes(), nil
+}
+
+// helperJob starts the file of one of gpujob's own jobs (the sweep
+// controller, the gateways): a comment, then the job block with its type,
+// its datacenters (all by default), and a namespace and node pool when set.
+func helperJob(comment, id, typ string, dcs []string, namespace, nodePool string) (*hclwrite.File, *hclwrite.Body) {
+	f := hclwrite.NewEmptyFile()
+	body := f.Body()
+	body.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment, Bytes: []byte(comment)}})
+	body.AppendNewline()
+	job := body.AppendNewBlock("job", []string{id}).Body()
+	job.SetAttributeValue("type", cty.StringVal(typ))
+	if len(dcs) == 0 {
+		dcs = []string{"*"}
+	}
+	job.SetAttributeValue("datacenters", ctyval.Strings(dcs))
+	if namespace != "" {
+		job.SetAttributeValue("namespace", cty.StringVal(namespace))
+	}
+	if nodePool != "" {
+		job.SetAttributeValue("node_pool", cty.StringVal(nodePool))
+	}
+	return f, job
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
@@ -82,24 +81,8 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("render: gateway port %d is not a TCP port", port)
 	}
-	f := hclwrite.NewEmptyFile()
-	body := f.Body()
-	body.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment,
-		Bytes: []byte("# Rendered by `gpujob gateway render`: the gpujob gateways.\n")}})
-	body.AppendNewline()
-	job := body.AppendNewBlock("job", []string{GatewayJob}).Body()
-	job.SetAttributeValue("type", cty.StringVal("service"))
-	dcs := g.Datacenters
-	if len(dcs) == 0 {
-		dcs = []string{"*"}
-	}
-	job.SetAttributeValue("datacenters", ctyval.Strings(dcs))
-	if g.Namespace != "" {
-		job.SetAttributeValue("namespace", cty.StringVal(g.Namespace))
-	}
-	if g.NodePool != "" {
-		job.SetAttributeValue("node_pool", cty.StringVal(g.NodePool))
-	}
+	f, job := helperJob("# Rendered by `gpujob gateway render`: the gpujob gateways.\n",
+		GatewayJob, "service", g.Datacenters, g.Namespace, g.NodePool)
 	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindGateway}))
 	job.AppendNewline()
 

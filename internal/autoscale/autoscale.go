@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"log"
 	"slices"
 	"sync"
@@ -164,14 +165,14 @@ func (a *Autoscaler) term(ctx context.Context, bo *backoff.Backoff) {
 		bo.Wait(ctx)
 		return
 	}
-	errs := newErrorLog(logf, "autoscaler "+a.cfg.ID+": campaigning for "+key)
+	errs := errlog.New(logf, "autoscaler "+a.cfg.ID+": campaigning for "+key)
 	for sctx.Err() == nil {
 		lost, err := lock.Lock(sctx.Done())
 		if err != nil {
 			if sctx.Err() != nil {
 				return
 			}
-			errs.failed(err)
+			errs.Failed(err)
 			// Perhaps the session is gone (Consul refuses to acquire
 			// for it): find out now rather than at the next renewal.
 			s.checkNow()
@@ -181,7 +182,7 @@ func (a *Autoscaler) term(ctx context.Context, bo *backoff.Backoff) {
 		if lost == nil {
 			return // sctx ended while waiting
 		}
-		errs.ok()
+		errs.OK()
 		started := time.Now()
 		logf("autoscaler %s: leading (holding %s)", a.cfg.ID, key)
 		a.lead(sctx, lost)
@@ -241,8 +242,8 @@ type service struct {
 	known    bool      // Current has been read from Nomad
 	countAt  time.Time // when Current was read or set
 	retryAt  time.Time // no Scale before this, after one failed
-	countErr *errorLog
-	scaleErr *errorLog
+	countErr *errlog.Run
+	scaleErr *errlog.Run
 	busy     bool // the last Scale met ErrBusy (logged once)
 }
 
@@ -298,18 +299,18 @@ func (a *Autoscaler) lead(ctx context.Context, lost <-chan struct{}) {
 
 func (a *Autoscaler) watchRoutes(ctx context.Context, f *feed) {
 	prefix := a.cfg.Prefix + "/"
-	errs := newErrorLog(a.cfg.Logf, "autoscaler: watching the routes under "+prefix)
+	errs := errlog.New(a.cfg.Logf, "autoscaler: watching the routes under "+prefix)
 	// Each bad version of a key is logged once, not on every change of
 	// the tree.
 	logged := map[string]uint64{}
 	watchList(ctx, a.cfg.Consul, prefix, func(pairs consulapi.KVPairs) {
-		errs.ok()
+		errs.OK()
 		routes := a.parseRoutes(pairs, logged)
 		f.mu.Lock()
 		f.routes, f.routesOK = routes, true
 		f.mu.Unlock()
 		f.notify()
-	}, errs.failed)
+	}, errs.Failed)
 }
 
 // parseRoutes picks the autoscaled services out of the services' tree.
@@ -357,15 +358,15 @@ func (a *Autoscaler) parseRoutes(pairs consulapi.KVPairs, logged map[string]uint
 
 func (a *Autoscaler) watchLoads(ctx context.Context, f *feed) {
 	prefix := servekv.LoadPrefix(a.cfg.GatewayPrefix)
-	errs := newErrorLog(a.cfg.Logf, "autoscaler: watching the load reports under "+prefix)
-	bad := newErrorLog(a.cfg.Logf, "autoscaler: reading load reports")
+	errs := errlog.New(a.cfg.Logf, "autoscaler: watching the load reports under "+prefix)
+	bad := errlog.New(a.cfg.Logf, "autoscaler: reading load reports")
 	watchList(ctx, a.cfg.Consul, prefix, func(pairs consulapi.KVPairs) {
-		errs.ok()
+		errs.OK()
 		loads := make([]servekv.Load, 0, len(pairs))
 		for _, p := range pairs {
 			var l servekv.Load
 			if err := json.Unmarshal(p.Value, &l); err != nil {
-				bad.failed(fmt.Errorf("%s: %w", p.Key, err))
+				bad.Failed(fmt.Errorf("%s: %w", p.Key, err))
 				continue
 			}
 			loads = append(loads, l)
@@ -375,7 +376,7 @@ func (a *Autoscaler) watchLoads(ctx context.Context, f *feed) {
 		f.mu.Unlock()
 		f.notify()
 	}, func(err error) {
-		errs.failed(err)
+		errs.Failed(err)
 		f.mu.Lock()
 		f.loadsErr = true
 		f.mu.Unlock()
@@ -411,8 +412,8 @@ func (a *Autoscaler) decideAll(ctx context.Context, f *feed, services map[string
 		st := services[name]
 		if st == nil {
 			st = &service{
-				countErr: newErrorLog(a.cfg.Logf, "autoscaler: reading the count of "+name),
-				scaleErr: newErrorLog(a.cfg.Logf, "autoscaler: scaling "+name),
+				countErr: errlog.New(a.cfg.Logf, "autoscaler: reading the count of "+name),
+				scaleErr: errlog.New(a.cfg.Logf, "autoscaler: scaling "+name),
 			}
 			services[name] = st
 		}
@@ -482,10 +483,10 @@ func (a *Autoscaler) decide(ctx context.Context, r route, st *service, loads []s
 			return
 		}
 		st.retryAt = now.Add(a.cfg.Tick / 2)
-		st.scaleErr.failed(fmt.Errorf("to %d (%s): %w", desired, reason, err))
+		st.scaleErr.Failed(fmt.Errorf("to %d (%s): %w", desired, reason, err))
 		return
 	}
-	st.scaleErr.ok()
+	st.scaleErr.OK()
 	st.State, st.countAt, st.retryAt, st.busy = next, now, time.Time{}, false
 	a.cfg.Logf("autoscaler: %s (job %s, group %s): %s", r.name, r.jobID, r.group, reason)
 }
@@ -499,11 +500,11 @@ func (a *Autoscaler) readCount(ctx context.Context, r route, st *service, now ti
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			st.countErr.failed(err)
+			st.countErr.Failed(err)
 		}
 		return false
 	}
-	st.countErr.ok()
+	st.countErr.OK()
 	if !st.known || n != st.Current {
 		st.Current = n
 		st.AboveSince, st.BelowSince, st.WindowMax = time.Time{}, time.Time{}, 0

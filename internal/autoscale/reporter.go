@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"log"
 	"time"
 
@@ -72,7 +73,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	errs := newErrorLog(logf, "publishing the load report "+r.key)
+	errs := errlog.New(logf, "publishing the load report "+r.key)
 	bo := backoff.New(backoffBase, backoffCap)
 	for ctx.Err() == nil {
 		s, err := newSession(ctx, r.client, sessionSpec{
@@ -95,7 +96,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 }
 
 // publishUnder publishes under session s until ctx ends or s is lost.
-func (r *Reporter) publishUnder(ctx context.Context, s *session, errs *errorLog, bo *backoff.Backoff) {
+func (r *Reporter) publishUnder(ctx context.Context, s *session, errs *errlog.Run, bo *backoff.Backoff) {
 	var last time.Time
 	wait := time.Duration(0) // publish at once
 	for {
@@ -124,12 +125,12 @@ func (r *Reporter) publishUnder(ctx context.Context, s *session, errs *errorLog,
 			if ctx.Err() != nil {
 				return
 			}
-			errs.failed(err)
+			errs.Failed(err)
 			s.checkNow()
 			wait = bo.Next()
 			continue
 		}
-		errs.ok()
+		errs.OK()
 		bo.Reset()
 		last = time.Now()
 		wait = r.interval

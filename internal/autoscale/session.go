@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"sync"
 	"time"
 
@@ -38,7 +39,7 @@ type session struct {
 	client *consulapi.Client
 	id     string
 	name   string
-	errs   *errorLog
+	errs   *errlog.Run
 
 	lost     chan struct{} // closed when Consul says the session is gone
 	stop     chan struct{} // closed by destroy
@@ -68,7 +69,7 @@ func newSession(ctx context.Context, client *consulapi.Client, spec sessionSpec,
 		"Behavior":  spec.Behavior,
 		"LockDelay": spec.LockDelay.String(),
 	}
-	errs := newErrorLog(logf, "creating consul session "+spec.Name)
+	errs := errlog.New(logf, "creating consul session "+spec.Name)
 	bo := backoff.New(backoffBase, backoffCap)
 	for {
 		// A create cut off in flight may still be applied by Consul and
@@ -82,10 +83,10 @@ func newSession(ctx context.Context, client *consulapi.Client, spec sessionSpec,
 			err = errors.New("consul returned no session ID")
 		}
 		if err == nil {
-			errs.ok()
+			errs.OK()
 			s := &session{
 				client: client, id: out.ID, name: spec.Name,
-				errs: newErrorLog(logf, "renewing consul session "+spec.Name),
+				errs: errlog.New(logf, "renewing consul session "+spec.Name),
 				lost: make(chan struct{}), stop: make(chan struct{}), renewed: make(chan struct{}),
 				check: make(chan struct{}, 1),
 			}
@@ -100,7 +101,7 @@ func newSession(ctx context.Context, client *consulapi.Client, spec sessionSpec,
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		errs.failed(err)
+		errs.Failed(err)
 		if !bo.Wait(ctx) {
 			return nil, ctx.Err()
 		}
@@ -142,7 +143,7 @@ func (s *session) renew() {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			s.errs.failed(err)
+			s.errs.Failed(err)
 			wait = bo.Next()
 		case entry == nil:
 			// A server that has just become leader may answer from a
@@ -155,17 +156,17 @@ func (s *session) renew() {
 				return
 			}
 			if err == nil && info == nil {
-				s.errs.failed(fmt.Errorf("consul says session %s no longer exists", s.id))
+				s.errs.Failed(fmt.Errorf("consul says session %s no longer exists", s.id))
 				close(s.lost)
 				return
 			}
 			if err == nil {
 				err = errors.New("renew found no session but a consistent read does")
 			}
-			s.errs.failed(err)
+			s.errs.Failed(err)
 			wait = bo.Next()
 		default:
-			s.errs.ok()
+			s.errs.OK()
 			bo.Reset()
 			// Consul may raise the TTL it keeps; renew at half of that.
 			if t, err := time.ParseDuration(entry.TTL); err == nil && t > 0 {
@@ -208,53 +209,6 @@ func (s *session) destroy() {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	if _, err := s.client.Session().Destroy(s.id, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		s.errs.logf("destroying consul session %s (%s): %v (it expires within %s)", s.id, s.name, err, 2*sessionTTL)
+		s.errs.Logf("destroying consul session %s (%s): %v (it expires within %s)", s.id, s.name, err, 2*sessionTTL)
 	}
-}
-
-// logEvery bounds how often a run of failures of one kind reaches the log:
-// during a Consul outage every retry fails, and the log should say that it
-// is happening, not list every attempt.
-const logEvery = 30 * time.Second
-
-// errorLog reports a run of failures of one operation: the first at once,
-// then at most one line per logEvery with how many there were, and a line
-// when the operation works again.
-type errorLog struct {
-	logf  func(format string, args ...any)
-	what  string
-	mu    sync.Mutex
-	fails int // since the last success
-	held  int // failures not logged
-	last  time.Time
-}
-
-func newErrorLog(logf func(string, ...any), what string) *errorLog {
-	return &errorLog{logf: logf, what: what}
-}
-
-func (l *errorLog) failed(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.fails++
-	now := time.Now()
-	if l.fails > 1 && now.Sub(l.last) < logEvery {
-		l.held++
-		return
-	}
-	msg := fmt.Sprintf("%s: %v", l.what, err)
-	if l.held > 0 {
-		msg += fmt.Sprintf(" (%d failures since the last line)", l.held+1)
-	}
-	l.logf("%s", msg)
-	l.last, l.held = now, 0
-}
-
-func (l *errorLog) ok() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.fails > 0 {
-		l.logf("%s: working again after %d failed attempts", l.what, l.fails)
-	}
-	l.fails, l.held = 0, 0
 }

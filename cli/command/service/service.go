@@ -3,6 +3,7 @@
 package service
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
@@ -89,17 +91,17 @@ func addGatewayFlag(cmd *cobra.Command, dst *string) {
 	cmd.Flags().StringVar(dst, "gateway", "", "the gpujob gateway's `URL` (default $"+EnvGateway+", else "+DefaultGateway+")")
 }
 
+// errNoService is loadService's answer when Nomad has no such job.
+var errNoService = errors.New("not found")
+
 // loadService reads a job and refuses one that is not a gpujob service.
 func loadService(nomad nomadapi.API, name string) (*api.Job, error) {
 	job, err := nomad.Job(name)
-	if err != nil {
-		if strings.Contains(err.Error(), "404") || strings.Contains(err.Error(), "not found") {
-			return nil, fmt.Errorf("service %q not found in Nomad at %s", name, nomad.Address())
-		}
+	if err != nil && !gpujobs.IsNotFound(err) {
 		return nil, err
 	}
 	if job == nil {
-		return nil, fmt.Errorf("service %q not found in Nomad at %s", name, nomad.Address())
+		return nil, fmt.Errorf("service %q %w in Nomad at %s", name, errNoService, nomad.Address())
 	}
 	if !IsService(job) {
 		return nil, fmt.Errorf("job %q is not a gpujob service (its meta has no %s = %q); use `nomad job status %s`",

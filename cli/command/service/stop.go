@@ -1,8 +1,8 @@
 package service
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -33,7 +33,7 @@ them and the job's history.`,
 			}
 			ns := f.Namespace()
 			_, jobErr := loadService(nomad, args[0])
-			if jobErr != nil && !strings.Contains(jobErr.Error(), "not found") {
+			if jobErr != nil && !errors.Is(jobErr, errNoService) {
 				return jobErr // another kind of job, or Nomad failing
 			}
 			route, err := store.Route(ctx, ns, args[0])

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"sync"
 	"time"
 
@@ -67,7 +68,7 @@ var errHeld = errors.New("the metrics record is held by another supervisor's ses
 // its curve, with the steps it reports again replacing the old ones.
 type Reporter struct {
 	cfg  Config
-	errs *errorLog
+	errs *errlog.Run
 
 	mu      sync.Mutex
 	own     sweepkv.Metrics // this reporter's points; after takeOver, the whole record
@@ -113,7 +114,7 @@ func Start(cfg Config) (*Reporter, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reporter{
 		cfg:    cfg,
-		errs:   newErrorLog(cfg.Logf, "writing sweep metrics to "+cfg.Key),
+		errs:   errlog.NewRetrying(cfg.Logf, "writing sweep metrics to "+cfg.Key),
 		kick:   make(chan struct{}, 1),
 		hurry:  make(chan struct{}, 1),
 		cancel: cancel,
@@ -205,13 +206,13 @@ func (r *Reporter) loop(ctx context.Context) {
 			// flush has waited for the holder to change: look again.
 			r.signal(r.kick)
 		case err != nil:
-			r.errs.failed(err)
+			r.errs.Failed(err)
 			r.signal(r.kick)
 			if !backoff.Sleep(ctx, bo.Next()) {
 				return
 			}
 		default:
-			r.errs.ok()
+			r.errs.OK()
 			bo.Reset()
 			next = time.Now().Add(r.cfg.Interval)
 		}

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"sync"
 	"time"
 
@@ -29,7 +30,7 @@ type session struct {
 	client *api.Client
 	id     string
 	ttl    time.Duration
-	errs   *errorLog
+	errs   *errlog.Run
 
 	lost     chan struct{} // closed when Consul says the session does not exist
 	stop     chan struct{}
@@ -58,7 +59,7 @@ func createSession(ctx context.Context, client *api.Client, name string, ttl tim
 		return nil, fmt.Errorf("creating a consul session: consul returned no session ID")
 	}
 	s := &session{
-		client: client, id: out.ID, ttl: ttl, errs: newErrorLog(logf, "renewing consul session "+out.ID),
+		client: client, id: out.ID, ttl: ttl, errs: errlog.NewRetrying(logf, "renewing consul session "+out.ID),
 		lost: make(chan struct{}), stop: make(chan struct{}), renewed: make(chan struct{}), check: make(chan struct{}, 1),
 	}
 	go s.renew(onLost)
@@ -116,14 +117,14 @@ func (s *session) renew(onLost func()) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			s.errs.failed(err)
+			s.errs.Failed(err)
 			wait = bo.Next()
 		case entry == nil:
 			close(s.lost)
 			onLost()
 			return
 		default:
-			s.errs.ok()
+			s.errs.OK()
 			bo.Reset()
 			wait = s.ttl / 2
 			// Consul may raise the TTL it keeps; renew at half of that.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"strings"
 	"time"
 	"unicode"
@@ -36,7 +37,7 @@ const (
 // retried with backoff and logged (throttled) through logf (optional). A
 // request that is there already is seen at once.
 func WatchStop(ctx context.Context, client *api.Client, key string, logf func(string, ...any), stop func(sweepkv.StopRequest)) {
-	errs := newErrorLog(logf, "watching the sweep's stop request "+key)
+	errs := errlog.NewRetrying(logf, "watching the sweep's stop request "+key)
 	bo := newBackoff(backoffCap)
 	var index uint64
 	for {
@@ -47,13 +48,13 @@ func WatchStop(ctx context.Context, client *api.Client, key string, logf func(st
 			return
 		}
 		if err != nil {
-			errs.failed(err)
+			errs.Failed(err)
 			if !backoff.Sleep(ctx, bo.Next()) {
 				return
 			}
 			continue
 		}
-		errs.ok()
+		errs.OK()
 		bo.Reset()
 		if pair != nil {
 			stop(decodeStop(pair))
