@@ -140,6 +140,8 @@ type reqResult struct {
 	err     error
 	version string
 	replica string
+	// retryAfter is the answer's Retry-After header.
+	retryAfter string
 }
 
 // predict sends one /predict through the gateway.
@@ -155,7 +157,7 @@ func predict(client *http.Client, url, token string) reqResult {
 		return r
 	}
 	defer resp.Body.Close()
-	r.code = resp.StatusCode
+	r.code, r.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
 	var body struct {
 		Version string `json:"version"`
 		Replica string `json:"replica"`
@@ -247,7 +249,6 @@ func TestServiceGatewayAuthRateLimitKillAndRevoke(t *testing.T) {
 	time.AfterFunc(2*time.Second, func() { close(stop) })
 	rs := load(url, limited, 50, stop)
 	ok, tooMany := 0, 0
-	var retryAfter bool
 	for _, r := range rs {
 		switch r.code {
 		case 200:
@@ -261,14 +262,13 @@ func TestServiceGatewayAuthRateLimitKillAndRevoke(t *testing.T) {
 	if ok < 37 || ok > 41 || ok+tooMany != len(rs) {
 		t.Errorf("rate limit 10/s burst 20, 50 req/s for 2 s: %d passed, %d got 429 of %d; want 39±2 passed", ok, tooMany, len(rs))
 	}
-	req, _ := http.NewRequest(http.MethodPost, url+"/predict", strings.NewReader(`{"text":"x"}`))
-	req.Header.Set("Authorization", "Bearer "+limited)
-	if resp, err := client.Do(req); err == nil {
-		retryAfter = resp.StatusCode == 429 && resp.Header.Get("Retry-After") != ""
-		resp.Body.Close()
-	}
-	if !retryAfter {
-		t.Error("a 429 without Retry-After")
+	// Every 429 of the load says when to come back. (A request sent after
+	// the load could find a token refilled at 10/s, and no 429.)
+	for _, r := range rs {
+		if r.code == http.StatusTooManyRequests && r.retryAfter == "" {
+			t.Errorf("a 429 without Retry-After at %s", r.at.Format("15:04:05.000"))
+			break
+		}
 	}
 	t.Logf("rate limit: %d of %d passed at 50 req/s for 2 s", ok, len(rs))
 
