@@ -39,6 +39,7 @@ type clusterOptions struct {
 	acl, tls      bool // GPUJOB_DEV_ACL, GPUJOB_DEV_TLS
 	docker        bool // GPUJOB_DEV_DOCKER: a dockerd and Nomad's docker driver
 	gateway       bool // GPUJOB_DEV_GATEWAY: the gpujob gateway job (GPUJOB_GATEWAY_ADDR)
+	exporter      bool // GPUJOB_DEV_EXPORTER: the gpujob exporter system job (GPUJOB_EXPORTER_ADDR)
 }
 
 // dev is the cluster the whole package shares: one client of four GPUs and
@@ -111,7 +112,7 @@ func repoRoot() string {
 // startCluster brings up the package's cluster: one client of four GPUs,
 // off the default ports, so `make dev` and the tests can run side by side.
 func startCluster() *cluster {
-	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true})
+	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true})
 }
 
 // startClusterOpts brings up a cluster as opts say.
@@ -161,6 +162,8 @@ func startClusterOpts(opts clusterOptions) *cluster {
 	}
 	// Only the clusters of the serving tests run a gateway.
 	cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_GATEWAY=%d", map[bool]int{false: 0, true: 1}[opts.gateway]))
+	// Only the package's own cluster runs the exporter (the monitoring test).
+	cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_EXPORTER=%d", map[bool]int{false: 0, true: 1}[opts.exporter]))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()

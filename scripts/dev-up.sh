@@ -51,6 +51,10 @@
 #                           numbers on its own address, and so does the client agent)
 #   GPUJOB_DEV_GATEWAY      0: no gpujob gateway; 1 (the default): run one as a Nomad job
 #                           (gpujob gateway render), on GPUJOB_DEV_GATEWAY_PORT (8080)
+#   GPUJOB_DEV_EXPORTER     0: no gpujob exporter; 1 (the default): run it as a Nomad system
+#                           job (gpujob exporter render) on GPUJOB_DEV_EXPORTER_PORT (9400)
+#                           with one client, on a port Nomad picks with several; not with
+#                           ACLs or TLS (the exporters would need credentials of their own)
 #   GPUJOB_DEV_DYN_PORTS    first dynamic task port (20000); client i gets 1000 from
 #                           there on, since all clients fingerprint the same 127.0.0.1
 set -euo pipefail
@@ -74,6 +78,7 @@ acl=${GPUJOB_DEV_ACL:-0}
 tls=${GPUJOB_DEV_TLS:-0}
 docker=${GPUJOB_DEV_DOCKER:-0}
 gateway=${GPUJOB_DEV_GATEWAY:-1}
+exporter=${GPUJOB_DEV_EXPORTER:-1}
 
 for v in clients consul_servers fake_gpus timeout off; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
@@ -82,6 +87,7 @@ done
 [[ $tls =~ ^[01]$ ]] || die "GPUJOB_DEV_TLS must be 0 or 1, got '$tls'"
 [[ $docker =~ ^[01]$ ]] || die "GPUJOB_DEV_DOCKER must be 0 or 1, got '$docker'"
 [[ $gateway =~ ^[01]$ ]] || die "GPUJOB_DEV_GATEWAY must be 0 or 1, got '$gateway'"
+[[ $exporter =~ ^[01]$ ]] || die "GPUJOB_DEV_EXPORTER must be 0 or 1, got '$exporter'"
 # Client i binds 127.0.0.(i+1); .255 is the broadcast address.
 ((clients >= 1 && clients <= 253)) || die "GPUJOB_DEV_CLIENTS must be 1..253, got $clients"
 ((consul_servers >= 1 && consul_servers <= 9)) ||
@@ -101,6 +107,7 @@ consul_serf_lan=${CONSUL_SERF_LAN_PORT:-$((8301 + off))}
 consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
 dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
 gateway_port=${GPUJOB_DEV_GATEWAY_PORT:-$((8080 + off))}
+exporter_port=${GPUJOB_DEV_EXPORTER_PORT:-$((9400 + off))}
 
 # The system python when there is one: a pyenv shim costs a noticeable
 # fraction of a second per call, and clients_ready polls.
@@ -864,6 +871,7 @@ EOF
 				ignored="[]"
 			fi
 			dev_root=$(fake_gpu_nodes "$i")
+			mkdir -p "$dir/fake-gpus" # control files (nvml.FakeControl), written by tests
 			[ -z "$dev_root" ] || dev_root="      dev_root   = \"$dev_root\""
 			cat <<EOF
 plugin "nomad-device-gpujob" {
@@ -881,6 +889,7 @@ plugin "nomad-device-gpujob" {
       memory_mib = 15360
       id_seed    = "client-$i"
 $dev_root
+      control_file = "$dir/fake-gpus/$(client_name "$i").json"
     }
   }
 }
@@ -1077,6 +1086,35 @@ if ((gateway)) && [ -x "$dir/bin/gpujob" ]; then
 		fail nomad-server "registering the gateway job failed: $(cat "$dir/logs/gateway-register.log")"
 	wait_for "the gpujob gateway on port $gateway_port" nomad-client-1 gateway_healthy
 fi
+
+# ---- the gpujob exporter ----------------------------------------------------------
+
+# One exporter per client (a system job). They need only read access to
+# Nomad and Consul, which a cluster with ACLs or TLS would have to give
+# them: there they are left out.
+exporters_healthy() {
+	local n
+	n=$(curl -fsS --max-time 2 "http://$consul_env_addr/v1/health/service/gpujob-exporter?passing" 2>/dev/null |
+		"$py" -c 'import json,sys; print(len(json.load(sys.stdin)))' 2>/dev/null) || return 1
+	[ "$n" = "$clients" ]
+}
+if ((exporter)) && ((acl || tls)); then
+	log "no gpujob exporter: with ACLs or TLS it would need credentials of its own (see jobspecs/monitoring/README.md)"
+	exporter=0
+fi
+if ((exporter)) && [ -x "$dir/bin/gpujob" ]; then
+	# One client: DCGM's port (plus the offset); several share 127.0.0.1,
+	# so Nomad picks each one's port and Prometheus finds them in Consul.
+	eport=$exporter_port
+	((clients == 1)) || eport=0
+	log "starting the gpujob exporter (port ${eport/#0/dynamic})"
+	NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_env_addr" \
+		"$dir/bin/gpujob" exporter render --binary "$dir/bin/gpujob" --port "$eport" >"$dir/config/exporter.nomad.hcl" ||
+		die "gpujob exporter render failed"
+	NOMAD_ADDR="$nomad_addr" "$nomad" job run -detach "$dir/config/exporter.nomad.hcl" >"$dir/logs/exporter-register.log" 2>&1 ||
+		fail nomad-server "registering the exporter job failed: $(cat "$dir/logs/exporter-register.log")"
+	wait_for "the gpujob exporters in Consul" nomad-client-1 exporters_healthy
+fi
 startup=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
@@ -1108,7 +1146,11 @@ export GPUJOB_DEV_TLS='$tls'
 export GPUJOB_DEV_DOCKER='$docker'
 export GPUJOB_CHECKPOINT_ROOT='$checkpoint_root'
 export GPUJOB_CONTROLLER_BINARY='$dir/bin/gpujob'
+export GPUJOB_FAKE_GPU_DIR='$dir/fake-gpus'
 EOF
+	if ((exporter)) && ((clients == 1)); then
+		echo "export GPUJOB_EXPORTER_ADDR='http://127.0.0.1:$exporter_port'"
+	fi
 	if ((gateway)); then
 		echo "export GPUJOB_GATEWAY_ADDR='http://127.0.0.1:$gateway_port'"
 	fi

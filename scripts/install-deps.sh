@@ -10,11 +10,16 @@
 # systemd, docker.io's postinst would otherwise run /etc/init.d/docker, a
 # system dockerd with a bridge and iptables rules), and on a systemd machine
 # the units docker.io installs are disabled afterwards.
+#
+# prometheus (Debian's 2.42: prometheus and promtool) is for the alert rules'
+# tests (go test ./jobspecs/monitoring/) and the dev cluster's Prometheus
+# (jobspecs/monitoring/prometheus.yml), and tmux. The prometheus system
+# service is likewise neither started nor left enabled.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-packages=(curl ca-certificates jq iproute2 util-linux procps python3-torch libopenblas0-openmp python3-optuna docker.io)
+packages=(curl ca-certificates jq iproute2 util-linux procps python3-torch libopenblas0-openmp python3-optuna docker.io prometheus tmux)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,5 +65,14 @@ if [[ " ${missing[*]} " == *" docker.io "* ]]; then
 		log "disabled the system's docker.service and docker.socket (the dev cluster starts its own dockerd)"
 	elif command -v update-rc.d >/dev/null && [ -x /etc/init.d/docker ]; then
 		update-rc.d docker disable >/dev/null 2>&1 || true
+	fi
+fi
+# prometheus likewise: the dev cluster and the tests start their own.
+if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+		systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+		log "disabled the system's prometheus.service (the dev cluster and tests start their own)"
+	elif command -v update-rc.d >/dev/null && [ -x /etc/init.d/prometheus ]; then
+		update-rc.d prometheus disable >/dev/null 2>&1 || true
 	fi
 fi

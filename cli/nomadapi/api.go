@@ -33,6 +33,10 @@ type API interface {
 	Evaluation(evalID string, q *api.QueryOptions) (*api.Evaluation, *api.QueryMeta, error)
 
 	Allocation(allocID string) (*api.Allocation, error)
+	// Allocations lists the allocations of q's namespace ("*": all); the
+	// params resources=true and task_states=true add their reserved
+	// resources and task states to the stubs.
+	Allocations(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
 	// Logs streams a task's log; follow keeps it open. Frames and errors
 	// arrive on the channels until cancel is closed or the log ends.
 	Logs(alloc *api.Allocation, task, stream string, follow bool, cancel <-chan struct{}) (<-chan *api.StreamFrame, <-chan error)

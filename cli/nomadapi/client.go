@@ -227,6 +227,11 @@ func (c *client) Allocation(allocID string) (*api.Allocation, error) {
 	return a, c.explain("reading allocation "+allocID, c.ns(CapReadJob), err)
 }
 
+func (c *client) Allocations(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+	a, m, err := c.c.Allocations().List(q)
+	return a, m, c.explain("listing allocations", c.ns(CapReadJob), err)
+}
+
 func (c *client) Logs(alloc *api.Allocation, task, stream string, follow bool, cancel <-chan struct{}) (<-chan *api.StreamFrame, <-chan error) {
 	frames, errs := c.c.AllocFS().Logs(alloc, follow, task, stream, api.OriginStart, 0, cancel, nil)
 	if frames != nil {

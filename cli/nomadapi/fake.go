@@ -1,6 +1,7 @@
 package nomadapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -531,6 +532,29 @@ func (f *Fake) JobAllocations(jobID string, q *api.QueryOptions) ([]*api.Allocat
 	return out, &api.QueryMeta{LastIndex: f.index}, nil
 }
 
+// Allocations lists every allocation (the fake has one namespace's view:
+// q.Namespace is not filtered), with the reserved resources when asked.
+func (f *Fake) Allocations(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+	if err := f.block("Allocations", q); err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.errLocked("Allocations"); err != nil {
+		return nil, nil, err
+	}
+	withResources := q != nil && q.Params["resources"] == "true"
+	out := []*api.AllocationListStub{}
+	for _, a := range f.sortedAllocsLocked() {
+		s := stub(a)
+		if withResources {
+			s.AllocatedResources = clone(a.AllocatedResources)
+		}
+		out = append(out, s)
+	}
+	return out, &api.QueryMeta{LastIndex: f.index}, nil
+}
+
 func (f *Fake) Evaluation(evalID string, q *api.QueryOptions) (*api.Evaluation, *api.QueryMeta, error) {
 	if err := f.block("Evaluation", q); err != nil {
 		return nil, nil, err
@@ -702,6 +726,17 @@ func (f *Fake) block(query string, q *api.QueryOptions) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// A query's context ends its wait, as it ends the real client's.
+	ctx := q.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		f.changed.Broadcast()
+		f.mu.Unlock()
+	})
+	defer stop()
 	if q.WaitTime > 0 {
 		deadline := time.Now().Add(q.WaitTime)
 		t := time.AfterFunc(q.WaitTime, func() {
@@ -710,15 +745,15 @@ func (f *Fake) block(query string, q *api.QueryOptions) error {
 			f.mu.Unlock()
 		})
 		defer t.Stop()
-		for f.index <= q.WaitIndex && time.Now().Before(deadline) {
+		for f.index <= q.WaitIndex && time.Now().Before(deadline) && ctx.Err() == nil {
 			f.changed.Wait()
 		}
-		return nil
+		return ctx.Err()
 	}
-	for f.index <= q.WaitIndex {
+	for f.index <= q.WaitIndex && ctx.Err() == nil {
 		f.changed.Wait()
 	}
-	return nil
+	return ctx.Err()
 }
 
 func (f *Fake) sortedAllocsLocked() []*api.Allocation {

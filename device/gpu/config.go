@@ -33,11 +33,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		"ignored_xids": hclspec.NewAttr("ignored_xids", "list(number)", false),
 	})),
 	"fake": hclspec.NewBlock("fake", false, hclspec.NewObject(map[string]*hclspec.Spec{
-		"count":      hclspec.NewDefault(hclspec.NewAttr("count", "number", false), hclspec.NewLiteral("4")),
-		"model":      hclspec.NewDefault(hclspec.NewAttr("model", "string", false), hclspec.NewLiteral(`"Tesla T4"`)),
-		"memory_mib": hclspec.NewDefault(hclspec.NewAttr("memory_mib", "number", false), hclspec.NewLiteral("15360")),
-		"id_seed":    hclspec.NewAttr("id_seed", "string", false),
-		"dev_root":   hclspec.NewAttr("dev_root", "string", false),
+		"count":        hclspec.NewDefault(hclspec.NewAttr("count", "number", false), hclspec.NewLiteral("4")),
+		"model":        hclspec.NewDefault(hclspec.NewAttr("model", "string", false), hclspec.NewLiteral(`"Tesla T4"`)),
+		"memory_mib":   hclspec.NewDefault(hclspec.NewAttr("memory_mib", "number", false), hclspec.NewLiteral("15360")),
+		"id_seed":      hclspec.NewAttr("id_seed", "string", false),
+		"dev_root":     hclspec.NewAttr("dev_root", "string", false),
+		"control_file": hclspec.NewAttr("control_file", "string", false),
 	})),
 })
 
@@ -72,6 +73,12 @@ type FakeConfig struct {
 	// task driver's device isolation can be tried without NVIDIA hardware.
 	// Empty: none, as on a machine without GPUs.
 	DevRoot string `codec:"dev_root"`
+	// ControlFile is a JSON file that drives the fake GPUs' utilisation,
+	// memory, temperature, power, clock and health while the plugin runs
+	// (format: nvml.FakeControl). It is checked before every stats sample and
+	// fingerprint pass and read again when its mtime or size changed; missing
+	// means the fake's defaults. Empty: constant fake values.
+	ControlFile string `codec:"control_file"`
 }
 
 // settings is a validated Config in the types the plugin works with.
@@ -144,6 +151,9 @@ func (c Config) validate(hostname string) (settings, error) {
 	}
 	if s.fake.DevRoot != "" && !strings.HasPrefix(s.fake.DevRoot, "/") {
 		return s, fmt.Errorf("fake.dev_root: %q must be an absolute path", s.fake.DevRoot)
+	}
+	if s.fake.ControlFile != "" && !strings.HasPrefix(s.fake.ControlFile, "/") {
+		return s, fmt.Errorf("fake.control_file: %q must be an absolute path", s.fake.ControlFile)
 	}
 	return s, nil
 }

@@ -47,6 +47,9 @@ func TestSetConfigInvalid(t *testing.T) {
 		{"zero period", Config{Enabled: true, FingerprintPeriod: "0s"}, []string{"fingerprint_period", "positive"}},
 		{"negative xid", Config{Enabled: true, Health: &HealthConfig{Enabled: true, IgnoredXids: []int64{13, -1}}},
 			[]string{"health.ignored_xids", "-1"}},
+		{"relative fake.control_file", Config{Enabled: true, Backend: BackendFake,
+			Fake: fake(FakeConfig{Count: 1, Model: "T4", MemoryMiB: 1, ControlFile: "fake-gpus/a.json"})},
+			[]string{"fake.control_file", `"fake-gpus/a.json"`, "absolute"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,6 +261,13 @@ fake {
   dev_root = "/tmp/fakedev"
 }`, func(s *settings) { s.backend = BackendFake; s.fake.DevRoot = "/tmp/fakedev" }, ""},
 		{"relative fake dev_root", "backend = \"fake\"\nfake {\n dev_root = \"dev\"\n}", nil, "fake.dev_root"},
+		{"fake control file", `
+backend = "fake"
+fake {
+  control_file = "/tmp/fake-gpus/a.json"
+}`, func(s *settings) { s.backend = BackendFake; s.fake.ControlFile = "/tmp/fake-gpus/a.json" }, ""},
+		{"relative fake control_file", "backend = \"fake\"\nfake {\n control_file = \"gpus.json\"\n}", nil,
+			"fake.control_file"},
 		{"ignored GPUs and period", `
 ignored_gpu_ids    = ["GPU-1", "GPU-2"]
 fingerprint_period = "5s"

@@ -56,6 +56,12 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, lib nvml.Library, cfg sett
 
 	ticker := time.NewTicker(cfg.fingerprintPeriod)
 	defer ticker.Stop()
+	var poll <-chan time.Time // the fake's control file, checked between passes
+	if _, ok := lib.(nvml.Controllable); ok && cfg.backend == BackendFake && cfg.fake.ControlFile != "" {
+		t := time.NewTicker(controlPoll)
+		defer t.Stop()
+		poll = t.C
+	}
 	var last []*device.DeviceGroup
 	sent := false
 	for {
@@ -79,11 +85,20 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, lib nvml.Library, cfg sett
 		if watcher != nil {
 			watcher.register(fresh)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		case <-p.changed:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				break wait
+			case <-p.changed:
+				break wait
+			case <-poll:
+				if p.applyControl(lib) {
+					break wait
+				}
+			}
 		}
 	}
 }
@@ -91,6 +106,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, lib nvml.Library, cfg sett
 // refresh collects the inventory, updates p.devices with health, and returns
 // the device groups plus the devices seen this time.
 func (p *Plugin) refresh(lib nvml.Library, cfg settings) ([]*device.DeviceGroup, []nvml.DeviceInfo, error) {
+	p.applyControl(lib)
 	inv, err := nvml.Collect(lib)
 
 	p.mu.Lock()
@@ -123,6 +139,9 @@ func (p *Plugin) refresh(lib nvml.Library, cfg settings) ([]*device.DeviceGroup,
 			// ECC, page retirement and row remapping belong to the physical
 			// GPU (MIG handles do not answer them): check the parent.
 			reason = nvml.CheckHealth(info.GPU)
+			if reason == "" {
+				reason = nvml.FakeHealth(info.GPU) // the fake's control file
+			}
 		}
 		devices[info.UUID] = &deviceState{info: info, healthy: reason == "", healthDesc: reason}
 		byIndex[info.Index] = append(byIndex[info.Index], info.UUID)

@@ -69,6 +69,9 @@ func (w *healthWatcher) run(ctx context.Context) {
 			w.p.logger.Error("waiting for NVML events failed; Xid checks stop", "error", err)
 			return
 		}
+		if ev.Type&nvml.EventXidCritical != 0 {
+			w.p.recordXid(ev.UUID, ev.Data)
+		}
 		if reason := w.classify(ev); reason != "" {
 			w.p.markUnhealthy(ev.UUID, reason)
 		}
@@ -121,4 +124,31 @@ func (p *Plugin) markUnhealthy(gpuUUID, reason string) {
 // errUnhealthy names an ID that may not be reserved and why.
 func errUnhealthy(id, why string) error {
 	return fmt.Errorf("GPU %s is unhealthy: %s", id, why)
+}
+
+// xidRecord is what the stats report of a GPU's Xid events: how many there
+// were since the plugin started, and the last one's number (what DCGM's
+// DCGM_FI_DEV_XID_ERRORS holds).
+type xidRecord struct {
+	count uint64
+	last  uint64
+}
+
+func (p *Plugin) recordXid(gpuUUID string, xid uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.xids[gpuUUID]
+	r.count++
+	r.last = xid
+	p.xids[gpuUUID] = r
+}
+
+// xidOf is the Xid record of a device: a MIG instance's is its GPU's.
+func (p *Plugin) xidOf(info nvml.DeviceInfo) xidRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.xids[info.UUID]; ok {
+		return r
+	}
+	return p.xids[info.ParentUUID]
 }

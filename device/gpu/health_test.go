@@ -84,6 +84,29 @@ func xid(n uint64) func(string) nvml.Event {
 	return func(uuid string) nvml.Event { return nvml.Event{UUID: uuid, Type: nvml.EventXidCritical, Data: n} }
 }
 
+// TestXidStats: every Xid event is counted in the GPU's stats, an
+// application's (ignored for health) too, and the last one's number kept.
+func TestXidStats(t *testing.T) {
+	lib := newFakeLib(2, "Tesla T4")
+	devs := lib.Devices()
+	p := newPlugin(t, testConfig(BackendNVML, "1h"), lib)
+	ch := fingerprints(t, p)
+	nextDevices(t, ch, wait)
+	lib.Inject(xid(79)(devs[0].UUIDValue))
+	awaitDevice(t, ch, devs[0].UUIDValue, func(d *device.Device) bool { return !d.Healthy })
+	lib.Inject(xid(13)(devs[0].UUIDValue)) // ignored for health
+	// A critical event on the other GPU, after: once it is seen, Xid 13 was handled.
+	lib.Inject(xid(48)(devs[1].UUIDValue))
+	awaitDevice(t, ch, devs[1].UUIDValue, func(d *device.Device) bool { return !d.Healthy })
+	groups := p.collectStats(time.Unix(1700000000, 0))
+	for uuid, want := range map[string][2]string{devs[0].UUIDValue: {"2 #", "13 "}, devs[1].UUIDValue: {"1 #", "48 "}} {
+		at := instance(t, groups, uuid).Stats.Attributes
+		if got := [2]string{statString(at[StatXidCount]), statString(at[StatXidLast])}; got != want {
+			t.Errorf("%s: Xid count, last = %q, want %q", uuid, got, want)
+		}
+	}
+}
+
 // TestHealthEventSticky: an Xid mark survives later periods, though the
 // counters NVML exposes show nothing wrong.
 func TestHealthEventSticky(t *testing.T) {

@@ -40,6 +40,29 @@ func DefaultLibrary(backend string, fake nvml.FakeSpec) nvml.Library {
 	return nvml.New()
 }
 
+// controlPoll is how often the fingerprint loop checks the fake backend's
+// control file (one stat), so a health change in it reaches Nomad within
+// seconds even between stats samples.
+const controlPoll = time.Second
+
+// applyControl applies the fake backend's control file, when lib follows one,
+// and logs what is wrong with the file (once per change of it). It says
+// whether any device changed.
+func (p *Plugin) applyControl(lib nvml.Library) bool {
+	c, ok := lib.(nvml.Controllable)
+	if !ok {
+		return false
+	}
+	changed, err := c.ApplyControl()
+	if err != nil {
+		p.logger.Warn("fake GPU control file", "error", err)
+	}
+	if changed {
+		p.logger.Info("the fake GPUs' control file changed their values")
+	}
+	return changed
+}
+
 // Plugin implements device.DevicePlugin.
 type Plugin struct {
 	logger     log.Logger
@@ -58,6 +81,9 @@ type Plugin struct {
 	byIndex map[int][]string
 	// events holds sticky health failures (Xid, double-bit ECC) by UUID.
 	events map[string]string
+	// xids counts every Xid event by GPU UUID (ignored ones too: an
+	// application's Xids are worth seeing on a dashboard), for the stats.
+	xids map[string]xidRecord
 	// changed wakes the fingerprint loop when the health watcher saw an event.
 	changed chan struct{}
 }
@@ -78,6 +104,7 @@ func New(logger log.Logger, newLibrary LibraryFactory) *Plugin {
 		devices:    map[string]*deviceState{},
 		byIndex:    map[int][]string{},
 		events:     map[string]string{},
+		xids:       map[string]xidRecord{},
 		changed:    make(chan struct{}, 1),
 	}
 }
@@ -126,6 +153,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	}
 	p.lib = p.newLibrary(s.backend, nvml.FakeSpec{
 		Count: int(s.fake.Count), Model: s.fake.Model, MemoryMiB: uint64(s.fake.MemoryMiB), Seed: s.fake.IDSeed,
+		ControlFile: s.fake.ControlFile,
 	})
 	if err := p.lib.Init(); err != nil {
 		p.initErr = fmt.Errorf("backend %q: %w (on a machine without an NVIDIA GPU set backend = %q)", s.backend, err, BackendFake)

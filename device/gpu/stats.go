@@ -27,6 +27,10 @@ const (
 	StatECCCorrected   = "ECC corrected errors"
 	StatECCUncorrected = "ECC uncorrected errors"
 	StatThrottle       = "Throttle reasons"
+	// Xid events seen since the plugin started, and the last one's number
+	// (0: none); the plugin counts them, NVML keeps no count.
+	StatXidCount = "Xid errors"
+	StatXidLast  = "Last Xid"
 )
 
 const notAvailable = "N/A"
@@ -65,6 +69,17 @@ func (p *Plugin) statsLoop(ctx context.Context, interval time.Duration, initErr 
 // them. Devices are read outside the lock: NVML calls can be slow.
 func (p *Plugin) collectStats(now time.Time) []*device.DeviceGroupStats {
 	p.mu.Lock()
+	lib := p.lib
+	p.mu.Unlock()
+	if lib != nil && p.applyControl(lib) {
+		// The fake's control file changed: a health change in it must not
+		// wait for the next fingerprint period.
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+	p.mu.Lock()
 	infos := make([]nvml.DeviceInfo, 0, len(p.devices))
 	for _, d := range p.devices {
 		infos = append(infos, d.info)
@@ -82,7 +97,11 @@ func (p *Plugin) collectStats(now time.Time) []*device.DeviceGroupStats {
 			byName[info.Name] = g
 			order = append(order, info.Name)
 		}
-		g.InstanceStats[info.UUID] = deviceStats(nvml.Read(info.Handle), now)
+		ds := deviceStats(nvml.Read(info.Handle), now)
+		xr := p.xidOf(info)
+		ds.Stats.Attributes[StatXidCount] = count(&xr.count, "#", "Xid events since the device plugin started")
+		ds.Stats.Attributes[StatXidLast] = count(&xr.last, "", "the last Xid event's number, 0 if none")
+		g.InstanceStats[info.UUID] = ds
 	}
 	sort.Strings(order)
 	out := make([]*device.DeviceGroupStats, 0, len(order))

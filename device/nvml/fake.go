@@ -15,6 +15,10 @@ type FakeSpec struct {
 	// Seed makes the UUIDs differ between fake nodes on one machine; the same
 	// seed always yields the same UUIDs, so allocations survive restarts.
 	Seed string
+	// ControlFile, when set, is a JSON file (see FakeControl) that drives the
+	// GPUs' utilisation, memory, temperature, power, clock and health while
+	// they run; ApplyControl reads it.
+	ControlFile string
 }
 
 // FakeLibrary is an in-memory Library. It backs the explicit "fake" backend
@@ -27,11 +31,16 @@ type FakeLibrary struct {
 	cudaVersion   int
 	initErr       error
 	events        chan Event
+	// control follows FakeSpec.ControlFile; nil without one.
+	control *fakeControl
 }
 
 // NewFake returns a FakeLibrary holding spec.Count identical GPUs.
 func NewFake(spec FakeSpec) *FakeLibrary {
 	f := &FakeLibrary{driverVersion: "550.54.15", cudaVersion: 12040, events: make(chan Event, 64)}
+	if spec.ControlFile != "" {
+		f.control = newFakeControl(spec.ControlFile)
+	}
 	for i := 0; i < spec.Count; i++ {
 		f.devices = append(f.devices, NewFakeDevice(spec, i))
 	}
@@ -181,6 +190,9 @@ type FakeDevice struct {
 	Lost bool
 	// Failing names methods that answer a generic error.
 	Failing map[string]error
+	// ControlUnhealthy is why the control file marks the device unhealthy
+	// ("" when it does not); FakeHealth reads it for the plugin's health check.
+	ControlUnhealthy string
 }
 
 // Update changes the device under its lock.

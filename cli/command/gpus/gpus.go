@@ -20,10 +20,10 @@ import (
 
 // Stat names of the gpujob device plugin (those of nomad-device-nvidia).
 const (
-	StatGPUUtil     = "GPU utilization"
-	StatMemory      = "Memory state"
-	StatTemperature = "Temperature"
-	StatPower       = "Power usage"
+	StatGPUUtil     = gpujobs.StatGPUUtil
+	StatMemory      = gpujobs.StatMemory
+	StatTemperature = gpujobs.StatTemperature
+	StatPower       = gpujobs.StatPower
 )
 
 // Device attributes read from the fingerprint.
@@ -208,8 +208,8 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 		if d == nil || d.Type != "gpu" {
 			continue
 		}
-		mem := attrInt(d.Attributes[AttrMemory])
-		fake := attrBool(d.Attributes[AttrFake])
+		mem := gpujobs.AttrInt(d.Attributes[AttrMemory])
+		fake := gpujobs.AttrBool(d.Attributes[AttrFake])
 		for _, inst := range d.Instances {
 			if inst == nil {
 				continue
@@ -248,89 +248,18 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 	}
 	for i := range gpus {
 		g := &gpus[i]
-		ds := deviceStats(hs, g.Vendor, g.Model, g.ID)
+		ds := gpujobs.InstanceStats(hs, g.Vendor, g.Model, g.ID)
 		if ds == nil || ds.Stats == nil {
 			continue
 		}
 		at := ds.Stats.Attributes
 		g.stats = at
-		g.UtilizationPct, _ = statNum(at[StatGPUUtil])
-		g.MemoryUsedMiB, g.MemoryTotalMiB = statNum(at[StatMemory])
-		g.TemperatureC, _ = statNum(at[StatTemperature])
-		g.PowerW, g.PowerLimitW = statNum(at[StatPower])
+		g.UtilizationPct, _ = gpujobs.StatNum(at[StatGPUUtil])
+		g.MemoryUsedMiB, g.MemoryTotalMiB = gpujobs.StatNum(at[StatMemory])
+		g.TemperatureC, _ = gpujobs.StatNum(at[StatTemperature])
+		g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[StatPower])
 	}
 	return gpus, warnings, nil
-}
-
-func deviceStats(hs *api.HostStats, vendor, model, id string) *api.DeviceStats {
-	if hs == nil {
-		return nil
-	}
-	for _, g := range hs.DeviceStats {
-		if g == nil || g.Type != "gpu" || g.Name != model || (g.Vendor != "" && g.Vendor != vendor) {
-			continue
-		}
-		if ds := g.InstanceStats[id]; ds != nil {
-			return ds
-		}
-	}
-	return nil
-}
-
-// statNum is a stat's numerator and denominator; nil for a string ("N/A")
-// or a missing value.
-func statNum(v *api.StatValue) (num, den *float64) {
-	if v == nil {
-		return nil, nil
-	}
-	switch {
-	case v.FloatNumeratorVal != nil:
-		n := *v.FloatNumeratorVal
-		num = &n
-	case v.IntNumeratorVal != nil:
-		n := float64(*v.IntNumeratorVal)
-		num = &n
-	}
-	switch {
-	case v.FloatDenominatorVal != nil:
-		d := *v.FloatDenominatorVal
-		den = &d
-	case v.IntDenominatorVal != nil:
-		d := float64(*v.IntDenominatorVal)
-		den = &d
-	}
-	return num, den
-}
-
-func attrInt(a *api.Attribute) *int64 {
-	switch {
-	case a == nil:
-		return nil
-	case a.IntVal != nil:
-		v := *a.IntVal
-		return &v
-	case a.FloatVal != nil:
-		v := int64(*a.FloatVal)
-		return &v
-	case a.StringVal != nil:
-		if v, err := strconv.ParseInt(*a.StringVal, 10, 64); err == nil {
-			return &v
-		}
-	}
-	return nil
-}
-
-func attrBool(a *api.Attribute) bool {
-	switch {
-	case a == nil:
-		return false
-	case a.BoolVal != nil:
-		return *a.BoolVal
-	case a.StringVal != nil:
-		b, _ := strconv.ParseBool(*a.StringVal)
-		return b
-	}
-	return false
 }
 
 func printReport(w, errw io.Writer, r *Report) error {

@@ -8,6 +8,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/command/exporter"
 	"github.com/gpujob/gpujob/cli/command/gateway"
 	"github.com/gpujob/gpujob/cli/command/gpus"
 	"github.com/gpujob/gpujob/cli/command/list"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/command/sweep"
 	"github.com/gpujob/gpujob/cli/command/token"
+	"github.com/gpujob/gpujob/cli/command/top"
 	"github.com/gpujob/gpujob/cli/command/validate"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -97,7 +99,8 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 	}
 	for _, sub := range []func(*factory.Factory) *cobra.Command{
 		submit.NewCmd, render.NewCmd, validate.NewCmd, status.NewCmd, logs.NewCmd,
-		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd,
+		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd, exporter.NewCmd,
+		top.NewCmd,
 	} {
 		c := sub(f)
 		explainDenied(c)

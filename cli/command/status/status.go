@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
@@ -42,6 +43,47 @@ type Status struct {
 	// …) once printed, else null.
 	Result  map[string]any `json:"result"`
 	Members []Member       `json:"members"`
+
+	// GPU utilisation of a running job: the GPUs reserved to its running
+	// members, read from their nodes' stats (one read per node).
+	// GPUUtilizationPct is their mean, null when the job is not running or
+	// no figure could be read (GPUUtilizationNote then says why);
+	// GPUUtilization is each GPU's figure (utilization_pct null where it
+	// could not be read); LowGPUUtilization says the mean is under
+	// UtilizationTargetPct.
+	GPUUtilizationPct  *float64  `json:"gpu_utilization_pct"`
+	GPUUtilization     []GPUUtil `json:"gpu_utilization"`
+	LowGPUUtilization  bool      `json:"low_gpu_utilization"`
+	GPUUtilizationNote string    `json:"gpu_utilization_note,omitempty"`
+	// LossSpread is max − min of the latest loss of each rank, null with
+	// fewer than 2 ranks' losses. The losses are compared as read (each
+	// rank's latest line), so LossStepsDiffer says when those lines are not
+	// all at one step: the spread then partly measures the steps between
+	// them, and LossSpreadHigh (over LossSpreadBar at one step: the ranks
+	// disagree) is not raised.
+	LossSpread      *float64 `json:"loss_spread"`
+	LossStepsDiffer bool     `json:"loss_steps_differ"`
+	LossSpreadHigh  bool     `json:"loss_spread_high"`
+	// lossSteps are the lowest and highest step of those latest losses.
+	lossSteps [2]int
+}
+
+// UtilizationTargetPct is the mean GPU utilisation under which status warns:
+// the target the seeds' training runs meet.
+const UtilizationTargetPct = 80
+
+// LossSpreadBar is the spread of the ranks' latest losses over which status
+// warns that they disagree: the seeds' bar.
+const LossSpreadBar = 0.05
+
+// GPUUtil is one GPU of a running member and its utilisation.
+type GPUUtil struct {
+	ID     string `json:"id"`
+	Node   string `json:"node"`
+	Member string `json:"member"` // the allocation's name, e.g. bert.train[1]
+	// UtilizationPct is null when the node's stats could not be read or the
+	// device gave none ("N/A").
+	UtilizationPct *float64 `json:"utilization_pct"`
 }
 
 // Member is one allocation of the training group.
@@ -93,6 +135,13 @@ its state, and the latest loss it printed. Ranks, round and restarts come
 from the gpujob driver's task events; the loss from the end of the member's
 stdout. The summary line gives the job's state and, once rank 0 printed it,
 the result (accuracy, F1, wall time).
+
+For a running job status reads its GPUs' utilisation from their nodes' stats
+and warns, with each GPU's figure, when the mean is under 80 % (a starved
+input pipeline or a too-small batch), or notes that it could not be read. With
+two ranks' losses or more it prints their spread (max − min of each rank's
+latest loss) and warns over 0.05, unless the ranks' latest losses are from
+different steps, which it says instead.
 
 --json prints the same as one JSON document for scripts (full GPU UUIDs).`,
 		Example: `  gpujob status bert-finetune
@@ -178,7 +227,135 @@ func Collect(ctx context.Context, nomad nomadapi.API, jobID string) (*Status, er
 		}
 	}
 	st.State = gpujobs.JobState(job.Stop != nil && *job.Stop, st.Counts, st.Workers)
+	st.GPUUtilization = []GPUUtil{}
+	if st.State == "running" {
+		utilization(nomad, st)
+	}
+	lossSpread(st)
 	return st, nil
+}
+
+// utilization reads the utilisation of the GPUs reserved to the running
+// members: one NodeStats per distinct node, however many GPUs it holds.
+func utilization(nomad nomadapi.API, st *Status) {
+	type nodeRead struct {
+		name  string
+		stats *api.HostStats
+		err   error
+	}
+	nodes := map[string]*nodeRead{}
+	var order []string
+	for _, m := range st.Members {
+		if m.State != "running" || len(m.GPUs) == 0 || m.NodeID == "" {
+			continue
+		}
+		if nodes[m.NodeID] == nil {
+			nodes[m.NodeID] = &nodeRead{name: m.Node}
+			order = append(order, m.NodeID)
+		}
+	}
+	if len(order) == 0 {
+		return // no GPU to speak of (e.g. a CPU job, or GPUs not yet reserved)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, id := range order {
+		wg.Add(1)
+		go func(id string, n *nodeRead) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			n.stats, n.err = nomad.NodeStats(id)
+		}(id, nodes[id])
+	}
+	wg.Wait()
+
+	var sum float64
+	known := 0
+	for _, m := range st.Members {
+		n := nodes[m.NodeID]
+		if m.State != "running" || n == nil {
+			continue
+		}
+		for _, g := range m.GPUs {
+			u := GPUUtil{ID: g.ID, Node: m.Node, Member: m.Name}
+			if n.err == nil {
+				u.UtilizationPct = gpuUtil(n.stats, g.ID)
+			}
+			if u.UtilizationPct != nil {
+				sum += *u.UtilizationPct
+				known++
+			}
+			st.GPUUtilization = append(st.GPUUtilization, u)
+		}
+	}
+	if known == 0 {
+		var why []string
+		for _, id := range order {
+			n := nodes[id]
+			name := n.name
+			if name == "" {
+				name = id
+			}
+			if n.err != nil {
+				why = append(why, fmt.Sprintf("node %s: %v", name, n.err))
+			} else {
+				why = append(why, fmt.Sprintf("node %s reports no utilisation for the job's GPUs", name))
+			}
+		}
+		st.GPUUtilizationNote = "GPU utilisation unknown: " + strings.Join(why, "; ")
+		return
+	}
+	mean := sum / float64(known)
+	st.GPUUtilizationPct = &mean
+	st.LowGPUUtilization = mean < UtilizationTargetPct
+}
+
+// gpuUtil is a GPU's "GPU utilization" stat, nil when absent or "N/A". Device
+// IDs are UUIDs: the instance is looked up in every GPU group.
+func gpuUtil(hs *api.HostStats, id string) *float64 {
+	ds := gpujobs.InstanceStats(hs, "", "", id)
+	if ds == nil || ds.Stats == nil {
+		return nil
+	}
+	u, _ := gpujobs.StatNum(ds.Stats.Attributes[gpujobs.StatGPUUtil])
+	return u
+}
+
+// lossSpread compares the latest loss of each rank, as read from the
+// members' logs: no attempt is made to find a step every rank logged (the
+// log tail may not hold one); instead a difference of steps is reported.
+func lossSpread(st *Status) {
+	latest := map[int]gpujobs.Loss{}
+	for _, m := range st.Members {
+		for _, l := range m.Losses {
+			if l.Rank < 0 {
+				continue // a line no rank can be told for
+			}
+			if old, ok := latest[l.Rank]; !ok || l.Step > old.Step {
+				latest[l.Rank] = l
+			}
+		}
+	}
+	if len(latest) < 2 {
+		return
+	}
+	first := true
+	var lo, hi float64
+	var minStep, maxStep int
+	for _, l := range latest {
+		if first {
+			lo, hi, minStep, maxStep, first = l.Loss, l.Loss, l.Step, l.Step, false
+			continue
+		}
+		lo, hi = min(lo, l.Loss), max(hi, l.Loss)
+		minStep, maxStep = min(minStep, l.Step), max(maxStep, l.Step)
+	}
+	spread := hi - lo
+	st.LossSpread = &spread
+	st.LossStepsDiffer = minStep != maxStep
+	st.lossSteps = [2]int{minStep, maxStep}
+	st.LossSpreadHigh = spread > LossSpreadBar && !st.LossStepsDiffer
 }
 
 func hasRank(m Member, r int) bool {
@@ -307,6 +484,7 @@ func printStatus(w io.Writer, st *Status) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
+	printHealth(w, st)
 	// Why a member is not running (or not yet ranked), from its events.
 	var notes []string
 	for _, m := range st.Members {
@@ -336,6 +514,60 @@ func printStatus(w io.Writer, st *Status) error {
 		}
 	}
 	return nil
+}
+
+// printHealth prints, after the table, the job-wide findings: low GPU
+// utilisation, utilisation that could not be read, the loss spread.
+func printHealth(w io.Writer, st *Status) {
+	var lines []string
+	switch {
+	case st.GPUUtilizationNote != "" && st.State == "running":
+		lines = append(lines, "note: "+st.GPUUtilizationNote)
+	case st.LowGPUUtilization:
+		known := 0
+		for _, g := range st.GPUUtilization {
+			if g.UtilizationPct != nil {
+				known++
+			}
+		}
+		gpus := fmt.Sprintf("%d GPUs average", len(st.GPUUtilization))
+		if known < len(st.GPUUtilization) {
+			gpus = fmt.Sprintf("%d GPUs (%d of them read) average", len(st.GPUUtilization), known)
+		}
+		if len(st.GPUUtilization) == 1 {
+			gpus = "GPU runs at"
+		}
+		lines = append(lines, fmt.Sprintf("warning: this job's %s %.0f%% utilisation, under the %d%% target: "+
+			"the input pipeline (DataLoader workers, I/O) or a too-small batch may be starving them; see gpujob gpus",
+			gpus, *st.GPUUtilizationPct, UtilizationTargetPct))
+		for _, g := range st.GPUUtilization {
+			pct := "unknown"
+			if g.UtilizationPct != nil {
+				pct = fmt.Sprintf("%.0f%%", *g.UtilizationPct)
+			}
+			lines = append(lines, fmt.Sprintf("  %s %s (%s): %s", g.Node, gpujobs.ShortUUID(g.ID), g.Member, pct))
+		}
+	}
+	if st.LossSpread != nil {
+		line := fmt.Sprintf("loss spread across ranks: %.3f (max − min of the latest loss per rank; the seeds' bar is %g)",
+			*st.LossSpread, LossSpreadBar)
+		if st.LossStepsDiffer {
+			line += fmt.Sprintf("\n  the ranks' latest losses are from different steps (%d to %d): the spread compares "+
+				"them as read, so part of it is training progress, not disagreement", st.lossSteps[0], st.lossSteps[1])
+		}
+		lines = append(lines, line)
+		if st.LossSpreadHigh {
+			lines = append(lines, fmt.Sprintf("warning: the ranks' losses disagree by more than %g at one step: "+
+				"check the data sharding (each rank its own shard, same size) or a diverging rank", LossSpreadBar))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
 }
 
 // ResultText is "accuracy 0.9400, F1 0.9400, wall 12.3s" from a result line.

@@ -1,0 +1,180 @@
+// Package top is `gpujob top`: a live terminal view of the cluster — every
+// GPU's utilisation, memory, temperature and power, the training jobs with
+// their members, ranks, restarts and loss trend, the queue, the sweeps and
+// the services' traffic — kept current by the observe.Watcher's blocking
+// queries, with the GPU stats (samples Nomad cannot block on) read again on
+// a timer.
+package top
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/spf13/cobra"
+
+	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/command/service"
+	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/internal/servekv"
+)
+
+type options struct {
+	interval time.Duration
+	once     bool
+	json     bool
+	gateway  string
+}
+
+// NewCmd returns the top command.
+func NewCmd(f *factory.Factory) *cobra.Command {
+	o := &options{interval: 2 * time.Second}
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Watch the cluster live: GPUs, training jobs, the queue, sweeps and services",
+		Long: `Top is a live view of the cluster, refreshed as it changes (Nomad's blocking
+queries) and every --interval for the GPU stats:
+
+  GPUS      per node, one row per GPU: utilisation, memory used/total,
+            temperature, power/limit, the allocation holding it; an
+            unhealthy GPU is marked "!" and UNHEALTHY
+  JOBS      training jobs: members running/total, ranks, rendezvous round,
+            restarts used/budget, the mean of the ranks' latest losses and
+            its trend; "LOW UTIL" flags GPUs under 80 % utilisation
+  QUEUE     jobs with allocations waiting for GPUs, and for how long
+  SWEEPS    trials by state and the best objective so far
+  SERVICES  the gateway's requests per second, p99 latency and errors
+
+q, esc or ctrl-c quits. Without a terminal (or with --once) it prints one
+frame as plain text; -json prints the snapshot as JSON.`,
+		Example: `  gpujob top
+  gpujob top --interval 5s
+  gpujob top --once
+  gpujob top -json | jq '.nodes[].gpus[] | select(.util_pct < 80)'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return run(ctx, f, o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.DurationVar(&o.interval, "interval", o.interval, "how often the GPU stats (and the gateway's figures) are read again")
+	fl.BoolVar(&o.once, "once", false, "print one frame as plain text and exit")
+	fl.BoolVar(&o.json, "json", false, "print one snapshot as JSON and exit")
+	fl.StringVar(&o.gateway, "gateway", "", "the gpujob gateway's `URL` (default $"+service.EnvGateway+", else "+service.DefaultGateway+")")
+	return cmd
+}
+
+// newSource starts reading the cluster; ready is closed once the first
+// answers are in. Tests replace it.
+var newSource = func(ctx context.Context, f *factory.Factory, o *options) (src observe.Source, cluster string, ready <-chan struct{}, err error) {
+	nomad, err := f.Nomad()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cfg := observe.Config{Nomad: nomad, LossInterval: max(o.interval, 5*time.Second)}
+	if f.Consul != nil {
+		// Sweeps are optional: without Consul the view has none.
+		if c, err := f.Consul(); err == nil {
+			cfg.Consul = c
+		}
+	}
+	w := observe.NewWatcher(cfg)
+	go func() { _ = w.Run(ctx) }()
+	return w, nomad.Address(), w.Ready(), nil
+}
+
+func run(ctx context.Context, f *factory.Factory, o *options) error {
+	if o.interval <= 0 {
+		return fmt.Errorf("--interval must be positive, not %s", o.interval)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	src, cluster, ready, err := newSource(ctx, f, o)
+	if err != nil {
+		return err
+	}
+	stats := GatewayStats(gatewayAddr(o.gateway))
+	m := NewModel(src, stats, o.interval)
+	m.Cluster = cluster
+
+	if o.json || o.once || !f.IO.IsTTY {
+		waitReady(ctx, ready, 10*time.Second)
+		snap, err := src.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		if o.json {
+			return gpujobs.PrintJSON(f.IO.Out, snap)
+		}
+		m.plain = true
+		m.apply(snap, nil)
+		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+		m.svc, m.svcErr = stats(sctx)
+		scancel()
+		_, err = fmt.Fprintln(f.IO.Out, m.frame(0, 0))
+		return err
+	}
+
+	opts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithOutput(f.IO.Out)}
+	if f.IO.In != nil {
+		opts = append(opts, tea.WithInput(f.IO.In))
+	}
+	_, err = tea.NewProgram(m, opts...).Run()
+	if err != nil && errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+		return nil // interrupted (SIGINT/SIGTERM): the terminal is restored
+	}
+	return err
+}
+
+// waitReady waits for the first answers, at most d.
+func waitReady(ctx context.Context, ready <-chan struct{}, d time.Duration) {
+	if ready == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func gatewayAddr(flag string) string {
+	return strings.TrimSuffix(firstOf(flag, os.Getenv(service.EnvGateway), service.DefaultGateway), "/")
+}
+
+// GatewayStats reads the gateway's /-/stats at addr, like `gpujob service
+// status`: its figures per service, by "<namespace>/<service>".
+func GatewayStats(addr string) ServiceStats {
+	return func(ctx context.Context) (map[string]servekv.Stats, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/-/stats", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("the gateway at %s did not answer (set --gateway or %s)", addr, service.EnvGateway)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("the gateway at %s answered %s to /-/stats", addr, resp.Status)
+		}
+		var all servekv.GatewayStats
+		if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
+			return nil, fmt.Errorf("the gateway's /-/stats: %w", err)
+		}
+		return all.Services, nil
+	}
+}

@@ -1,0 +1,102 @@
+package render
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/gpujob/gpujob/internal/ctyval"
+)
+
+// The exporter's job.
+const (
+	MetaKindExporter = "exporter"
+	ExporterJob      = "gpujob-exporter"
+	ExporterGroup    = "exporter"
+	ExporterTask     = "exporter"
+	// ExporterService is the exporters' Consul service: what Prometheus
+	// discovers them by.
+	ExporterService = "gpujob-exporter"
+	// DefaultExporterPort is the DCGM exporter's port, so scrape configs
+	// written for it find gpujob's.
+	DefaultExporterPort = 9400
+)
+
+// Exporter describes the exporter's job.
+type Exporter struct {
+	// Binary is the gpujob executable's absolute path on the clients.
+	Binary string
+	// Port is the static port every exporter listens on (DCGM's 9400 by
+	// default in the CLI); 0 lets Nomad pick one per node, for clusters
+	// of several clients on one machine (Prometheus finds them in Consul).
+	Port int
+	User string // raw_exec's user; empty: nobody
+	// Env is how it reaches Nomad and Consul: addresses and TLS files.
+	Env         map[string]string
+	Datacenters []string
+	NodePool    string
+	Namespace   string
+}
+
+// ExporterJobspec renders the system job that runs one exporter per node
+// (raw_exec: a Go binary reading Nomad's and Consul's APIs; it needs no
+// GPU and no file of the node). Each reports its own node's GPUs; the one
+// on the lowest node ID among the running exporters also reports the
+// cluster-wide series (gpujob exporter run --cluster auto).
+func ExporterJobspec(e Exporter) ([]byte, error) {
+	if !filepath.IsAbs(e.Binary) {
+		return nil, fmt.Errorf("render: the exporter's gpujob binary %q is not an absolute path", e.Binary)
+	}
+	port := e.Port
+	if port < 0 || port > 65535 {
+		return nil, fmt.Errorf("render: exporter port %d is not a TCP port", port)
+	}
+	f, job := helperJob("# Rendered by `gpujob exporter render`: the gpujob Prometheus exporters, one per node.\n",
+		ExporterJob, "system", e.Datacenters, e.Namespace, e.NodePool)
+	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindExporter}))
+	job.AppendNewline()
+
+	group := job.AppendNewBlock("group", []string{ExporterGroup}).Body()
+	port0 := group.AppendNewBlock("network", nil).Body().AppendNewBlock("port", []string{"metrics"}).Body()
+	if port > 0 {
+		port0.SetAttributeValue("static", cty.NumberIntVal(int64(port)))
+	}
+	group.AppendNewline()
+
+	task := group.AppendNewBlock("task", []string{ExporterTask}).Body()
+	task.SetAttributeValue("driver", cty.StringVal("raw_exec"))
+	task.SetAttributeValue("user", cty.StringVal(firstNonEmpty(e.User, "nobody")))
+	task.AppendNewline()
+	config := task.AppendNewBlock("config", nil).Body()
+	config.SetAttributeValue("command", cty.StringVal(e.Binary))
+	config.SetAttributeRaw("args", hclwrite.TokensForTuple([]hclwrite.Tokens{
+		hclwrite.TokensForValue(cty.StringVal("exporter")),
+		hclwrite.TokensForValue(cty.StringVal("run")),
+		hclwrite.TokensForValue(cty.StringVal("--listen")),
+		interpolation("NOMAD_ADDR_metrics"),
+		hclwrite.TokensForValue(cty.StringVal("--node")),
+		interpolation("node", "unique", "id"),
+	}))
+	task.AppendNewline()
+	if len(e.Env) > 0 {
+		task.SetAttributeValue("env", ctyval.StringMap(e.Env))
+		task.AppendNewline()
+	}
+	svc := task.AppendNewBlock("service", nil).Body()
+	svc.SetAttributeValue("name", cty.StringVal(ExporterService))
+	svc.SetAttributeValue("port", cty.StringVal("metrics"))
+	svc.SetAttributeValue("provider", cty.StringVal("consul"))
+	svc.AppendNewline()
+	check := svc.AppendNewBlock("check", nil).Body()
+	check.SetAttributeValue("type", cty.StringVal("http"))
+	check.SetAttributeValue("path", cty.StringVal("/-/healthz"))
+	check.SetAttributeValue("interval", cty.StringVal("5s"))
+	check.SetAttributeValue("timeout", cty.StringVal("2s"))
+	task.AppendNewline()
+	res := task.AppendNewBlock("resources", nil).Body()
+	res.SetAttributeValue("cpu", cty.NumberIntVal(200))
+	res.SetAttributeValue("memory", cty.NumberIntVal(128))
+	return f.Bytes(), nil
+}
