@@ -40,6 +40,15 @@ type clusterOptions struct {
 	docker        bool // GPUJOB_DEV_DOCKER: a dockerd and Nomad's docker driver
 	gateway       bool // GPUJOB_DEV_GATEWAY: the gpujob gateway job (GPUJOB_GATEWAY_ADDR)
 	exporter      bool // GPUJOB_DEV_EXPORTER: the gpujob exporter system job (GPUJOB_EXPORTER_ADDR)
+	// dynPorts is the first of the clients' dynamic task ports
+	// (GPUJOB_DEV_DYN_PORTS; 1000 per client). Every cluster of the run
+	// gets a block of its own, and all of them lie below Linux's
+	// ephemeral range (32768 up): torch's rank 0 binds its MASTER_PORT on
+	// every address, and an outgoing connection of any process that had
+	// drawn that port as its local one made it fail (seen in CI: "Address
+	// already in use" at every restart of a container test's job, on port
+	// 33290, when the dynamic ports followed the port offset into that range).
+	dynPorts int
 }
 
 // dev is the cluster the whole package shares: one client of four GPUs and
@@ -71,11 +80,11 @@ func (s *sharedCluster) get(t *testing.T) *cluster {
 // consulHA is the cluster of the tests that need a 3-server Consul (and a
 // Consul client agent).
 var consulHA = &sharedCluster{what: "the 3-server-Consul cluster",
-	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3}}
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3, dynPorts: 25000}}
 
 // pair is the cluster of the tests that lose a machine: two clients of two
 // GPUs each. Each test brings its lost client back (loseMachineFor).
-var pair = &sharedCluster{what: "the two-client cluster", opts: clusterOptions{clients: 2, gpus: 2, offset: 12000}}
+var pair = &sharedCluster{what: "the two-client cluster", opts: clusterOptions{clients: 2, gpus: 2, offset: 12000, dynPorts: 22000}}
 
 // pairCluster returns the shared two-client cluster.
 func pairCluster(t *testing.T) *cluster { return pair.get(t) }
@@ -112,7 +121,8 @@ func repoRoot() string {
 // startCluster brings up the package's cluster: one client of four GPUs,
 // off the default ports, so `make dev` and the tests can run side by side.
 func startCluster() *cluster {
-	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true})
+	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
+		dynPorts: 20000})
 }
 
 // startClusterOpts brings up a cluster as opts say.
@@ -148,6 +158,9 @@ func startClusterOpts(opts clusterOptions) *cluster {
 		fmt.Sprintf("GPUJOB_FAKE_GPUS=%d", gpus),
 		fmt.Sprintf("GPUJOB_DEV_CLIENTS=%d", clients),
 	)
+	if opts.dynPorts > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_DYN_PORTS=%d", opts.dynPorts+shift))
+	}
 	if opts.consulServers > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_CONSUL_SERVERS=%d", opts.consulServers))
 	}

@@ -18,7 +18,8 @@ import (
 // mutual TLS for Nomad and Consul, as `make dev ACL=1 TLS=1` starts it, one
 // client. The first such test starts it, TestMain stops it.
 var secure = &sharedCluster{what: "the ACL and TLS cluster",
-	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 19000, acl: true, tls: true, gateway: true}}
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 19000, acl: true, tls: true, gateway: true,
+		dynPorts: 26000}}
 
 func secureCluster(t *testing.T) *cluster { return secure.get(t) }
 

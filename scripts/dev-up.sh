@@ -108,6 +108,14 @@ consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
 dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
 gateway_port=${GPUJOB_DEV_GATEWAY_PORT:-$((8080 + off))}
 exporter_port=${GPUJOB_DEV_EXPORTER_PORT:-$((9400 + off))}
+# Task ports inside the kernel's ephemeral range can be taken by any
+# outgoing connection's local port; torch's rank 0 then fails to bind its
+# MASTER_PORT ("Address already in use") at every restart.
+if read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null &&
+	((dyn_ports + clients * 1000 - 1 >= eph_lo)); then
+	echo "dev-up: warning: dynamic task ports $dyn_ports-$((dyn_ports + clients * 1000 - 1)) reach into the" \
+		"ephemeral port range ($eph_lo up): set GPUJOB_DEV_DYN_PORTS lower" >&2
+fi
 
 # The system python when there is one: a pyenv shim costs a noticeable
 # fraction of a second per call, and clients_ready polls.
