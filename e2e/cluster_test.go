@@ -41,13 +41,15 @@ type clusterOptions struct {
 	gateway       bool // GPUJOB_DEV_GATEWAY: the gpujob gateway job (GPUJOB_GATEWAY_ADDR)
 	exporter      bool // GPUJOB_DEV_EXPORTER: the gpujob exporter system job (GPUJOB_EXPORTER_ADDR)
 	// dynPorts is the first of the clients' dynamic task ports
-	// (GPUJOB_DEV_DYN_PORTS; 1000 per client). Every cluster of the run
-	// gets a block of its own, and all of them lie below Linux's
-	// ephemeral range (32768 up): torch's rank 0 binds its MASTER_PORT on
-	// every address, and an outgoing connection of any process that had
-	// drawn that port as its local one made it fail (seen in CI: "Address
-	// already in use" at every restart of a container test's job, on port
-	// 33290, when the dynamic ports followed the port offset into that range).
+	// (GPUJOB_DEV_DYN_PORTS; dynPortsPerClient per client). Every cluster
+	// of the run gets a block of its own in 28000–31599: above every port
+	// the clusters' agents use (their offsets put Nomad's and Consul's
+	// ports up to 27600), and below Linux's ephemeral range (32768 up).
+	// torch's rank 0 binds its MASTER_PORT on every address, so any socket
+	// on that port fails it: seen in CI as "Address already in use" at
+	// every restart, once on 33290 taken by an outgoing connection (when the
+	// dynamic ports followed the offset into the ephemeral range), once on
+	// 20502, the two-client cluster's Consul gRPC port.
 	dynPorts int
 }
 
@@ -80,11 +82,11 @@ func (s *sharedCluster) get(t *testing.T) *cluster {
 // consulHA is the cluster of the tests that need a 3-server Consul (and a
 // Consul client agent).
 var consulHA = &sharedCluster{what: "the 3-server-Consul cluster",
-	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3, dynPorts: 25000}}
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3, dynPorts: 30400}}
 
 // pair is the cluster of the tests that lose a machine: two clients of two
 // GPUs each. Each test brings its lost client back (loseMachineFor).
-var pair = &sharedCluster{what: "the two-client cluster", opts: clusterOptions{clients: 2, gpus: 2, offset: 12000, dynPorts: 22000}}
+var pair = &sharedCluster{what: "the two-client cluster", opts: clusterOptions{clients: 2, gpus: 2, offset: 12000, dynPorts: 28600}}
 
 // pairCluster returns the shared two-client cluster.
 func pairCluster(t *testing.T) *cluster { return pair.get(t) }
@@ -93,6 +95,10 @@ func pairCluster(t *testing.T) *cluster { return pair.get(t) }
 func haCluster(t *testing.T) *cluster { return consulHA.get(t) }
 
 const fakeGPUsPerClient = 4
+
+// dynPortsPerClient is each e2e client's count of dynamic task ports: six
+// clients' blocks fit between the agents' ports and the ephemeral range.
+const dynPortsPerClient = 600
 
 func TestMain(m *testing.M) {
 	if os.Getenv("GPUJOB_E2E") != "1" {
@@ -122,7 +128,7 @@ func repoRoot() string {
 // off the default ports, so `make dev` and the tests can run side by side.
 func startCluster() *cluster {
 	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
-		dynPorts: 20000})
+		dynPorts: 28000})
 }
 
 // startClusterOpts brings up a cluster as opts say.
@@ -159,7 +165,8 @@ func startClusterOpts(opts clusterOptions) *cluster {
 		fmt.Sprintf("GPUJOB_DEV_CLIENTS=%d", clients),
 	)
 	if opts.dynPorts > 0 {
-		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_DYN_PORTS=%d", opts.dynPorts+shift))
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_DYN_PORTS=%d", opts.dynPorts+shift),
+			fmt.Sprintf("GPUJOB_DEV_DYN_PORTS_PER_CLIENT=%d", dynPortsPerClient))
 	}
 	if opts.consulServers > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_CONSUL_SERVERS=%d", opts.consulServers))

@@ -21,7 +21,7 @@ import (
 // Nomad's docker driver against a dockerd that scripts/dev-up.sh starts
 // (GPUJOB_DEV_DOCKER=1), beside the gpujob driver.
 var docker = &sharedCluster{what: "the Docker cluster",
-	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 13000, docker: true, dynPorts: 24000}}
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 13000, docker: true, dynPorts: 29800}}
 
 func dockerCluster(t *testing.T) *cluster { return docker.get(t) }
 

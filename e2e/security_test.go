@@ -19,7 +19,7 @@ import (
 // client. The first such test starts it, TestMain stops it.
 var secure = &sharedCluster{what: "the ACL and TLS cluster",
 	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 19000, acl: true, tls: true, gateway: true,
-		dynPorts: 26000}}
+		dynPorts: 31000}}
 
 func secureCluster(t *testing.T) *cluster { return secure.get(t) }
 

@@ -55,6 +55,7 @@
 #                           job (gpujob exporter render) on GPUJOB_DEV_EXPORTER_PORT (9400)
 #                           with one client, on a port Nomad picks with several; not with
 #                           ACLs or TLS (the exporters would need credentials of their own)
+#   GPUJOB_DEV_DYN_PORTS_PER_CLIENT  dynamic task ports per client (1000)
 #   GPUJOB_DEV_DYN_PORTS    first dynamic task port (20000); client i gets 1000 from
 #                           there on, since all clients fingerprint the same 127.0.0.1
 set -euo pipefail
@@ -106,14 +107,17 @@ consul_server=${CONSUL_SERVER_PORT:-$((8300 + off))}
 consul_serf_lan=${CONSUL_SERF_LAN_PORT:-$((8301 + off))}
 consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
 dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
+dyn_per_client=${GPUJOB_DEV_DYN_PORTS_PER_CLIENT:-1000}
+[[ $dyn_per_client =~ ^[0-9]+$ ]] && ((dyn_per_client >= 100)) ||
+	die "GPUJOB_DEV_DYN_PORTS_PER_CLIENT must be a whole number of at least 100, got '$dyn_per_client'"
 gateway_port=${GPUJOB_DEV_GATEWAY_PORT:-$((8080 + off))}
 exporter_port=${GPUJOB_DEV_EXPORTER_PORT:-$((9400 + off))}
 # Task ports inside the kernel's ephemeral range can be taken by any
 # outgoing connection's local port; torch's rank 0 then fails to bind its
 # MASTER_PORT ("Address already in use") at every restart.
 if read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null &&
-	((dyn_ports + clients * 1000 - 1 >= eph_lo)); then
-	echo "dev-up: warning: dynamic task ports $dyn_ports-$((dyn_ports + clients * 1000 - 1)) reach into the" \
+	((dyn_ports + clients * dyn_per_client - 1 >= eph_lo)); then
+	echo "dev-up: warning: dynamic task ports $dyn_ports-$((dyn_ports + clients * dyn_per_client - 1)) reach into the" \
 		"ephemeral port range ($eph_lo up): set GPUJOB_DEV_DYN_PORTS lower" >&2
 fi
 
@@ -830,8 +834,8 @@ client {
   enabled           = true
   servers           = ["127.0.0.1:$nomad_rpc"]
   network_interface = "lo"
-  min_dynamic_port  = $((dyn_ports + (i - 1) * 1000))
-  max_dynamic_port  = $((dyn_ports + i * 1000 - 1))
+  min_dynamic_port  = $((dyn_ports + (i - 1) * dyn_per_client))
+  max_dynamic_port  = $((dyn_ports + i * dyn_per_client - 1))
   cgroup_parent     = "$cg"
   options {
     "driver.denylist" = "$denylist"
