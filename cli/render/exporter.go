@@ -84,19 +84,8 @@ func ExporterJobspec(e Exporter) ([]byte, error) {
 		task.SetAttributeValue("env", ctyval.StringMap(e.Env))
 		task.AppendNewline()
 	}
-	svc := task.AppendNewBlock("service", nil).Body()
-	svc.SetAttributeValue("name", cty.StringVal(ExporterService))
-	svc.SetAttributeValue("port", cty.StringVal("metrics"))
-	svc.SetAttributeValue("provider", cty.StringVal("consul"))
-	svc.AppendNewline()
-	check := svc.AppendNewBlock("check", nil).Body()
-	check.SetAttributeValue("type", cty.StringVal("http"))
-	check.SetAttributeValue("path", cty.StringVal("/-/healthz"))
-	check.SetAttributeValue("interval", cty.StringVal("5s"))
-	check.SetAttributeValue("timeout", cty.StringVal("2s"))
+	healthzService(task, ExporterService, "metrics", "5s", "2s")
 	task.AppendNewline()
-	res := task.AppendNewBlock("resources", nil).Body()
-	res.SetAttributeValue("cpu", cty.NumberIntVal(200))
-	res.SetAttributeValue("memory", cty.NumberIntVal(128))
+	taskResources(task, 200, 128)
 	return f.Bytes(), nil
 }

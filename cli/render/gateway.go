@@ -130,19 +130,30 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 		id.SetAttributeValue("file", cty.True)
 		task.AppendNewline()
 	}
+	healthzService(task, GatewayService, "http", "2s", "1s")
+	task.AppendNewline()
+	taskResources(task, 500, 256)
+	return f.Bytes(), nil
+}
+
+// healthzService registers the task in Consul as name on its port, with
+// an HTTP check of /-/healthz: what gpujob's helper daemons serve.
+func healthzService(task *hclwrite.Body, name, port, interval, timeout string) {
 	svc := task.AppendNewBlock("service", nil).Body()
-	svc.SetAttributeValue("name", cty.StringVal(GatewayService))
-	svc.SetAttributeValue("port", cty.StringVal("http"))
+	svc.SetAttributeValue("name", cty.StringVal(name))
+	svc.SetAttributeValue("port", cty.StringVal(port))
 	svc.SetAttributeValue("provider", cty.StringVal("consul"))
 	svc.AppendNewline()
 	check := svc.AppendNewBlock("check", nil).Body()
 	check.SetAttributeValue("type", cty.StringVal("http"))
 	check.SetAttributeValue("path", cty.StringVal("/-/healthz"))
-	check.SetAttributeValue("interval", cty.StringVal("2s"))
-	check.SetAttributeValue("timeout", cty.StringVal("1s"))
-	task.AppendNewline()
+	check.SetAttributeValue("interval", cty.StringVal(interval))
+	check.SetAttributeValue("timeout", cty.StringVal(timeout))
+}
+
+// taskResources sets a task's CPU (MHz) and memory (MiB).
+func taskResources(task *hclwrite.Body, cpu, memoryMiB int64) {
 	res := task.AppendNewBlock("resources", nil).Body()
-	res.SetAttributeValue("cpu", cty.NumberIntVal(500))
-	res.SetAttributeValue("memory", cty.NumberIntVal(256))
-	return f.Bytes(), nil
+	res.SetAttributeValue("cpu", cty.NumberIntVal(cpu))
+	res.SetAttributeValue("memory", cty.NumberIntVal(memoryMiB))
 }
