@@ -43,7 +43,20 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	// run; kept out of plugin_dir, where Nomad would take it for a plugin.
 	"container_supervisor": hclspec.NewDefault(hclspec.NewAttr("container_supervisor", "string", false),
 		hclspec.NewLiteral(`"/usr/local/lib/gpujob/gpujob-supervisor"`)),
+	// Which of the Nomad agent's own environment variables reach the ranks
+	// (hostenv.go): names, or prefixes ending in *.
+	"host_env": hclspec.NewDefault(hclspec.NewAttr("host_env", "list(string)", false),
+		hclspec.NewLiteral(hclList(defaultHostEnv))),
 })
+
+// hclList writes a list of strings as an HCL literal.
+func hclList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
 
 // taskConfigSpec is a job's task "..." { driver = "gpujob" config { ... } }.
 var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
@@ -90,6 +103,10 @@ type Config struct {
 	// ContainerSupervisor is the static supervisor binary the driver copies
 	// into a container member's run directory.
 	ContainerSupervisor string `codec:"container_supervisor"`
+	// HostEnv names the agent's variables that reach the ranks (hostenv.go).
+	HostEnv []string `codec:"host_env"`
+
+	hostEnv hostEnvPolicy // HostEnv, checked by validate
 }
 
 // ConsulConfig says how the supervisors reach Consul. Empty fields fall back
@@ -191,6 +208,14 @@ func (c *Config) validate() error {
 	}
 	if c.DefaultUser == "root" && !c.AllowRoot {
 		return fmt.Errorf("default_user: \"root\" needs allow_root = true (the gpujob driver runs tasks as root only when the agent config says so)")
+	}
+	// nil is no host_env at all (host_env = [] decodes to an empty list,
+	// which lets nothing through).
+	if c.HostEnv == nil {
+		c.HostEnv = defaultHostEnv
+	}
+	if c.hostEnv, err = parseHostEnv(c.HostEnv); err != nil {
+		return err
 	}
 	if c.Consul == nil {
 		c.Consul = &ConsulConfig{}

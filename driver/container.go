@@ -111,6 +111,7 @@ func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, p
 		return nil, nil, fmt.Errorf("nomad-driver-gpujob plugin config: %w", err)
 	}
 	spec.RunAs = runAs
+	spec.HostEnv = allowedAgentEnv(agentEnviron(os.Environ()), pc.hostEnv)
 	containerSpec(spec, plan.task)
 	if err := prepareCheckpointDir(pc.CheckpointRoot, spec.CheckpointDir, runAs); err != nil {
 		return nil, nil, err

@@ -257,7 +257,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	ps, err := exec.Launch(&executor.ExecCommand{
 		Cmd:  d.self,
 		Args: []string{SuperviseCommand, specPath},
-		Env:  cfg.EnvList(),
+		Env:  taskEnvList(cfg.Env, agentEnviron(os.Environ()), pc.hostEnv),
 		// The supervisor keeps the client's identity and starts the ranks
 		// as spec.RunAs itself (supervisor.Credential says why). Not the
 		// executor's User either way: Nomad 1.6's executor gives such a

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,15 +163,39 @@ func TestContainerTrainingMatchesHost(t *testing.T) {
 	c.waitDriverHealthy(t)
 
 	hostJob := c.hostSpecJob(t, "e2e-ctr-host", 2, 1, nil)
+	hostEnv := watchRankEnv(t, c, "e2e-ctr-host", numericsEnv)
 	hostRes, hostLogs, _ := c.runTraining(t, hostJob, 5*time.Minute)
 	t.Cleanup(func() { c.purge("e2e-ctr-host") })
 
 	job := c.imageJob(t, "e2e-ctr-image", 2, 1, nil)
+	ctrEnv := watchRankEnv(t, c, "e2e-ctr-image", numericsEnv)
 	leaks := c.leakCheckOnFailure(t, "e2e-ctr-image")
 	res, logs, allocs := c.runTraining(t, job, 5*time.Minute)
 	leaks.snapshotAtCleanup()
 	t.Logf("host: accuracy %.4f in %.1fs; container: accuracy %.4f in %.1fs",
 		hostRes.Accuracy, hostRes.WallSeconds, res.Accuracy, res.WallSeconds)
+
+	// The same kernels on both sides: the variables that choose them are
+	// the same in every host and container rank, and they are the agent's
+	// where its driver config lets them through (the dev cluster's host_env
+	// has OPENBLAS_*). With other values on one side (the agent's
+	// OPENBLAS_CORETYPE=Haswell reaching only the host ranks, as before
+	// host_env) 55 of 160 losses differed in the 4th decimal and accuracy
+	// by 0.0005; with the same ones every figure is equal, so the losses
+	// are compared exactly.
+	host, ctr := hostEnv(), ctrEnv()
+	if len(host) != 2 || len(ctr) != 2 {
+		t.Fatalf("ranks' environments seen: %d on the host, %d in containers; want 2 each", len(host), len(ctr))
+	}
+	want := agentNumericsEnv()
+	for _, ranks := range [][]map[string]string{host, ctr} {
+		for _, got := range ranks {
+			if !maps.Equal(got, want) {
+				t.Errorf("rank environment %v differs from the agent's host_env variables %v (host ranks %v, container ranks %v)",
+					got, want, host, ctr)
+			}
+		}
+	}
 
 	if res.Accuracy != hostRes.Accuracy || res.Steps != hostRes.Steps || res.WorldSize != 2 || res.RestartCount != 0 {
 		t.Errorf("container result %+v, host %+v: want the same accuracy and steps, world size 2, no restart", res, hostRes)
@@ -198,6 +223,76 @@ func TestContainerTrainingMatchesHost(t *testing.T) {
 
 	leaks.check(allocIDs(allocs)...)
 	c.assertNoContainerLeaks(t, allocIDs(allocs)...)
+}
+
+// numericsEnv are the variables that choose BLAS and OpenMP kernels: a rank
+// that sees other values computes other figures.
+var numericsEnv = regexp.MustCompile(`^(OPENBLAS_|GOTO|MKL_|OMP_|KMP_|BLIS_|ATEN_|TORCH_)`)
+
+// agentNumericsEnv is what of the numerics variables the cluster's ranks
+// should see from the agent: those the dev cluster's host_env lets through
+// (OPENBLAS_*) that the agents were started with, the test's environment,
+// plus the spec's OMP_NUM_THREADS.
+func agentNumericsEnv() map[string]string {
+	want := map[string]string{"OMP_NUM_THREADS": "1"}
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "OPENBLAS_") {
+			want[k] = v
+		}
+	}
+	return want
+}
+
+// watchRankEnv records, while job runs, the variables matching keys of
+// each of its ranks (one per allocation and rank); the returned function
+// stops watching and returns them. /proc has no change notification: it
+// looks every 100 ms until it has seen a rank of every allocation.
+func watchRankEnv(t *testing.T, c *cluster, job string, keys *regexp.Regexp) func() []map[string]string {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[string]map[string]string{} // alloc/rank → env
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			stubs, _, err := c.nomad.Jobs().Allocations(job, false, nil)
+			if err != nil {
+				continue
+			}
+			for _, p := range rankProcs(allocIDs(stubs)...) {
+				env := map[string]string{}
+				for k, v := range p.env {
+					if keys.MatchString(k) {
+						env[k] = v
+					}
+				}
+				mu.Lock()
+				seen[p.env["NOMAD_ALLOC_ID"]+"/"+p.env["RANK"]] = env
+				mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	stop := func() []map[string]string {
+		once.Do(func() { close(done); <-stopped })
+		mu.Lock()
+		defer mu.Unlock()
+		out := make([]map[string]string, 0, len(seen))
+		for _, env := range seen {
+			out = append(out, env)
+		}
+		return out
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // jobStatus is the part of `gpujob status -json` the container tests

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,42 +13,129 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// nodeGPUs waits until the node reports n healthy fake GPUs and returns the
-// device group.
+// gpuWait bounds how long a test waits for its cluster's GPUs to be free
+// and healthy: long enough for the last test's allocations to stop (a
+// task's kill_timeout is 30 s), short of any test's own timeout.
+const gpuWait = 45 * time.Second
+
+// nodeGPUs waits until every client of the cluster has n GPUs that are
+// healthy and free, and returns the first such node and its GPU group.
+// Every test that needs GPUs starts here, so the cluster it shares with the
+// others is in a known state: a GPU still held by something an earlier test
+// left (a job, a lost node's allocation, a trial) or marked unhealthy fails
+// the test at once, naming the holder or the health, instead of leaving a
+// member unplaced until the test's own timeout.
 func (c *cluster) nodeGPUs(t *testing.T, n int) (*api.Node, *api.NodeDeviceResource) {
 	t.Helper()
-	ctx := ctx(t, 60*time.Second)
+	ctx := ctx(t, gpuWait)
 	var index uint64
+	var problems []string
 	for {
-		nodes, meta, err := c.nomad.Nodes().List((&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second}).WithContext(ctx))
+		// Any allocation change (or 2 s, for health changes on nodes) ends
+		// the wait: a blocking query on the cluster's allocation index.
+		_, meta, err := c.nomad.Allocations().List((&api.QueryOptions{WaitIndex: index, WaitTime: 2 * time.Second}).WithContext(ctx))
 		if ctx.Err() != nil {
-			t.Fatalf("no node reported %d healthy nvidia/gpu devices in time", n)
+			t.Fatalf("the cluster's GPUs are not all free and healthy after %s (each test starts on an idle cluster):\n  %s",
+				gpuWait, strings.Join(problems, "\n  "))
 		}
 		if err != nil {
-			t.Fatalf("listing nodes: %v", err)
+			t.Fatalf("listing allocations: %v", err)
 		}
 		index = meta.LastIndex
-		for _, stub := range nodes {
-			node, _, err := c.nomad.Nodes().Info(stub.ID, nil)
-			if err != nil {
-				t.Fatalf("node %s: %v", stub.ID, err)
+		var node *api.Node
+		var group *api.NodeDeviceResource
+		if node, group, problems, err = c.gpuState(n); err != nil {
+			t.Fatal(err)
+		}
+		if len(problems) == 0 {
+			return node, group
+		}
+	}
+}
+
+// gpuState checks that each of the cluster's clients has n healthy GPUs
+// held by no live allocation; it returns the first client (by name) and
+// its GPU group, and every way the cluster falls short, in words.
+func (c *cluster) gpuState(n int) (*api.Node, *api.NodeDeviceResource, []string, error) {
+	stubs, _, err := c.nomad.Nodes().List(nil)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	sort.Slice(stubs, func(i, j int) bool { return stubs[i].Name < stubs[j].Name })
+	var problems []string
+	var first *api.Node
+	var firstGroup *api.NodeDeviceResource
+	clients := max(c.opts.clients, 1)
+	ready := 0
+	for _, stub := range stubs {
+		if stub.Status != api.NodeStatusReady {
+			continue
+		}
+		ready++
+		node, _, err := c.nomad.Nodes().Info(stub.ID, nil)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("node %s: %w", stub.Name, err)
+		}
+		allocs, _, err := c.nomad.Nodes().Allocations(stub.ID, nil)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("allocations of node %s: %w", stub.Name, err)
+		}
+		holders := gpuHolders(allocs)
+		var group *api.NodeDeviceResource
+		free := 0
+		for _, g := range node.NodeResources.Devices {
+			if g.Vendor != "nvidia" || g.Type != "gpu" {
+				continue
 			}
-			for _, g := range node.NodeResources.Devices {
-				if g.Vendor != "nvidia" || g.Type != "gpu" {
-					continue
+			group = g
+			for _, inst := range g.Instances {
+				switch h, held := holders[inst.ID]; {
+				case !inst.Healthy:
+					problems = append(problems, fmt.Sprintf("node %s: GPU %s unhealthy: %s", node.Name, inst.ID, inst.HealthDescription))
+				case held:
+					problems = append(problems, fmt.Sprintf("node %s: GPU %s held by %s", node.Name, inst.ID, h))
+				default:
+					free++
 				}
-				healthy := 0
-				for _, inst := range g.Instances {
-					if inst.Healthy {
-						healthy++
-					}
-				}
-				if healthy == n {
-					return node, g
+			}
+		}
+		if free < n && len(problems) == 0 {
+			problems = append(problems, fmt.Sprintf("node %s has %d GPUs, want %d", node.Name, free, n))
+		}
+		if first == nil {
+			first, firstGroup = node, group
+		}
+	}
+	if ready < clients {
+		problems = append(problems, fmt.Sprintf("%d of the cluster's %d clients are ready", ready, clients))
+	}
+	return first, firstGroup, problems, nil
+}
+
+// gpuHolders maps each GPU held by a live allocation (one the scheduler
+// counts, or whose tasks may still run) to a description of it.
+func gpuHolders(allocs []*api.Allocation) map[string]string {
+	out := map[string]string{}
+	for _, a := range allocs {
+		live := a.DesiredStatus == api.AllocDesiredStatusRun && !terminalClientStatus(a.ClientStatus) ||
+			a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
+		if !live || a.AllocatedResources == nil {
+			continue
+		}
+		for _, task := range a.AllocatedResources.Tasks {
+			for _, d := range task.Devices {
+				for _, id := range d.DeviceIDs {
+					out[id] = fmt.Sprintf("job %s, allocation %s %s (desired %s, client %s)",
+						a.JobID, a.ID[:8], a.Name, a.DesiredStatus, a.ClientStatus)
 				}
 			}
 		}
 	}
+	return out
+}
+
+func terminalClientStatus(s string) bool {
+	return s == api.AllocClientStatusComplete || s == api.AllocClientStatusFailed || s == api.AllocClientStatusLost
 }
 
 func TestNodeReportsFakeGPUsWithAttributes(t *testing.T) {

@@ -180,6 +180,7 @@ func (c *cluster) fakeGPUs(t *testing.T, client string, gpus map[string]map[stri
 // to 10 s) and not on one whose GPUs are busy.
 func TestMonitoringPrometheusScrapesExporterAndAlertFires(t *testing.T) {
 	c := needCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
 	if c.env["GPUJOB_EXPORTER_ADDR"] == "" {
 		t.Fatal("the dev cluster runs no exporter (GPUJOB_DEV_EXPORTER)")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func (c *cluster) waitAllocs(t *testing.T, ctx context.Context, jobID string, wh
 		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second}).WithContext(ctx)
 		allocs, meta, err := c.nomad.Jobs().Allocations(jobID, false, q)
 		if ctx.Err() != nil {
-			t.Fatalf("job %s: timed out waiting for %s; allocations: %s", jobID, what, describeAllocs(last))
+			t.Fatalf("job %s: timed out waiting for %s; allocations: %s\n%s", jobID, what, describeAllocs(last), c.explainJob(t, jobID))
 		}
 		if err != nil {
 			t.Fatalf("job %s: listing allocations: %v", jobID, err)
@@ -88,6 +89,24 @@ func (c *cluster) waitAllocs(t *testing.T, ctx context.Context, jobID string, wh
 			return allocs
 		}
 	}
+}
+
+// explainJob is what `gpujob status` says of a job (with the cluster's
+// management token and TLS material): for a training job that did not get
+// going, why each member waits, and why the unplaced ones are not placed.
+func (c *cluster) explainJob(t *testing.T, jobID string) string {
+	t.Helper()
+	env := append(os.Environ(), "NOMAD_ADDR="+c.env["NOMAD_ADDR"], "CONSUL_HTTP_ADDR="+c.env["CONSUL_HTTP_ADDR"])
+	for _, k := range []string{"NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"} {
+		if v := c.env[k]; v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	if token := c.secret("nomad-management"); token != "" {
+		env = append(env, "NOMAD_TOKEN="+token)
+	}
+	out, errOut, code := c.gpujobEnv(t, env, 30*time.Second, "status", jobID)
+	return fmt.Sprintf("gpujob status %s (exit %d):\n%s%s", jobID, code, out, errOut)
 }
 
 func describeAllocs(allocs []*api.AllocationListStub) string {

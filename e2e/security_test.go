@@ -81,6 +81,7 @@ func noSecrets(t *testing.T, where, text string, secrets map[string]string) {
 // can change nothing; no secret shows in what the CLI or Nomad prints.
 func TestSecurityTrainingWithACLsAndTLS(t *testing.T) {
 	c := secureCluster(t)
+	c.nodeGPUs(t, c.gpusPerClient())
 	if !strings.HasPrefix(c.env["NOMAD_ADDR"], "https://") || !strings.HasPrefix(c.env["CONSUL_HTTP_ADDR"], "https://") {
 		t.Fatalf("the env file does not say https: NOMAD_ADDR %q, CONSUL_HTTP_ADDR %q", c.env["NOMAD_ADDR"], c.env["CONSUL_HTTP_ADDR"])
 	}

@@ -37,6 +37,7 @@ func (c *cluster) secureSweepEnv(nomadToken, consulToken string) []string {
 // session, token, policy or variable.
 func TestSweepWithACLsAndTLS(t *testing.T) {
 	c := secureCluster(t)
+	c.nodeGPUs(t, c.gpusPerClient())
 	secrets := c.secrets(t)
 	const name = "e2e-sweep-acl"
 	admin := c.secureSweepEnv(secrets["nomad-management"], secrets["consul-management"])

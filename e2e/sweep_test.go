@@ -373,6 +373,7 @@ func TestSweepControllerKilled(t *testing.T) {
 // checkpoint elsewhere; the sweep completes.
 func TestSweepNodeLost(t *testing.T) {
 	c := pairCluster(t)
+	c.nodeGPUs(t, c.gpusPerClient())
 	const name = "e2e-sweep-node"
 	t.Cleanup(func() { c.purgeSweep(t, name) })
 	spec := c.sweepSpec(t, "sweep-bert.hcl", name)

@@ -43,6 +43,15 @@ job "bert-finetune" {
   datacenters = ["*"]
   type        = "batch"
 
+  # What `gpujob render` writes: `gpujob status`, `list` and `top` then show
+  # this job as a training job (members, ranks, why a member waits).
+  meta {
+    gpujob                 = "train"
+    gpujob_task            = "train"
+    gpujob_workers         = "${var.workers}"
+    gpujob_gpus_per_worker = "${var.gpus_per_worker}"
+  }
+
   group "train" {
     count = var.workers
 

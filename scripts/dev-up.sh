@@ -36,7 +36,8 @@
 #   GPUJOB_PLUGIN_DIR       where `make build` put the plugins (<checkout>/bin)
 #   GPUJOB_DEV_DRIVER_CONFIG  HCL body of the task driver's plugin config block
 #                           (default: checkpoint_root under the state dir, container_supervisor
-#                           = <plugin dir>/gpujob-supervisor, the dev Consul with,
+#                           = <plugin dir>/gpujob-supervisor, host_env = the driver's default
+#                           and OPENBLAS_*, the dev Consul with,
 #                           in the ACL and TLS modes, the driver's token and certificates;
 #                           tasks run as the driver's default_user, nobody, and root is refused)
 #   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
@@ -56,6 +57,10 @@
 #                           with one client, on a port Nomad picks with several; not with
 #                           ACLs or TLS (the exporters would need credentials of their own)
 #   GPUJOB_DEV_DYN_PORTS_PER_CLIENT  dynamic task ports per client (1000)
+#   GPUJOB_DEV_CPU_MHZ      the CPU every client offers Nomad, in MHz (cpu_total_compute);
+#                           empty (the default): what Nomad fingerprints, cores x clock, the
+#                           whole machine for each client. The e2e tests set it, so that what
+#                           fits on a client does not depend on the machine's clock
 #   GPUJOB_DEV_DYN_PORTS    first dynamic task port (20000); client i gets 1000 from
 #                           there on, since all clients fingerprint the same 127.0.0.1
 set -euo pipefail
@@ -108,6 +113,8 @@ consul_serf_lan=${CONSUL_SERF_LAN_PORT:-$((8301 + off))}
 consul_serf_wan=${CONSUL_SERF_WAN_PORT:-$((8302 + off))}
 dyn_ports=${GPUJOB_DEV_DYN_PORTS:-$((20000 + off))}
 dyn_per_client=${GPUJOB_DEV_DYN_PORTS_PER_CLIENT:-1000}
+cpu_mhz=${GPUJOB_DEV_CPU_MHZ:-}
+[[ -z $cpu_mhz || $cpu_mhz =~ ^[1-9][0-9]*$ ]] || die "GPUJOB_DEV_CPU_MHZ must be a whole number of MHz, got '$cpu_mhz'"
 [[ $dyn_per_client =~ ^[0-9]+$ ]] && ((dyn_per_client >= 100)) ||
 	die "GPUJOB_DEV_DYN_PORTS_PER_CLIENT must be a whole number of at least 100, got '$dyn_per_client'"
 gateway_port=${GPUJOB_DEV_GATEWAY_PORT:-$((8080 + off))}
@@ -836,7 +843,7 @@ client {
   network_interface = "lo"
   min_dynamic_port  = $((dyn_ports + (i - 1) * dyn_per_client))
   max_dynamic_port  = $((dyn_ports + i * dyn_per_client - 1))
-  cgroup_parent     = "$cg"
+  cgroup_parent     = "$cg"$([ -z "$cpu_mhz" ] || printf '\n  cpu_total_compute = %s' "$cpu_mhz")
   options {
     "driver.denylist" = "$denylist"
   }
@@ -912,8 +919,13 @@ EOF
 			# storage a real cluster mounts on every client.
 			# container_supervisor: the static supervisor the driver copies
 			# into container members (make build: bin/gpujob-supervisor).
+			# host_env: the driver's default and the machine's OpenBLAS
+			# settings (some machines set OPENBLAS_CORETYPE to keep older
+			# OpenBLAS builds correct): host and container ranks alike then
+			# compute with the kernels the machine chose.
 			driver_config=${GPUJOB_DEV_DRIVER_CONFIG:-"    checkpoint_root = \"$dir/checkpoints\"
     container_supervisor = \"$supervisor_bin\"
+    host_env = [\"PATH\", \"LANG\", \"LANGUAGE\", \"LC_*\", \"TZ\", \"OPENBLAS_*\"]
     consul {
       address = \"$consul_addr\"$driver_consul_extra
     }"}

@@ -35,8 +35,9 @@ var roundVariables = []string{
 	"GPUJOB_CHECKPOINT_DIR",
 }
 
-// WorkerEnv is the environment of local worker localRank: the task's
-// environment, the task config's env, then torchrun's variables (so an
+// WorkerEnv is the environment of local worker localRank: the agent's
+// variables the driver lets through (HostEnv), the task's environment, the
+// task config's env, then torchrun's variables (so an
 // unmodified init_method="env://" script works) and their GPUJOB_
 // equivalents. Later sources win, except that an OMP_NUM_THREADS the user
 // set is kept, and the task's user (HOME, USER, LOGNAME) and GPU
@@ -44,6 +45,9 @@ var roundVariables = []string{
 // the Nomad client's environment says.
 func WorkerEnv(base []string, s *Spec, p Placement, localRank int) []string {
 	env := map[string]string{}
+	for k, v := range s.HostEnv {
+		env[k] = v
+	}
 	for _, kv := range base {
 		if k, v, ok := strings.Cut(kv, "="); ok && !withheld[k] {
 			env[k] = v

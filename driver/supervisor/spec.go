@@ -25,6 +25,10 @@ type Spec struct {
 	Command string            `json:"command"`
 	Args    []string          `json:"args"`
 	Env     map[string]string `json:"env"` // on top of the task's environment
+	// HostEnv is what of the Nomad agent's environment the driver's host_env
+	// lets through to a container member's ranks, under the container's
+	// own environment (a host member's task environment has it already).
+	HostEnv map[string]string `json:"host_env,omitempty"`
 	// Workdir is where the ranks run; empty means the task directory.
 	Workdir string `json:"workdir,omitempty"`
 	// NProcPerNode is the number of local worker processes.

@@ -140,6 +140,15 @@ plugin "nomad-driver-gpujob" {
     # default_user = "nobody"
     # allow_root   = false
     #
+    # Which of this agent's own environment variables reach the ranks
+    # (names, or prefixes ending in *), on the host and in containers
+    # alike, where the job, the task config or the image does not set them.
+    # Nomad hands a host task the whole agent environment; the driver keeps
+    # only these. Add what your machines need, e.g. "OPENBLAS_*" where
+    # OPENBLAS_CORETYPE is set to keep an older OpenBLAS correct, or
+    # "LD_LIBRARY_PATH". The agents' and clouds' tokens never pass.
+    # host_env = ["PATH", "LANG", "LANGUAGE", "LC_*", "TZ"]
+    #
     # The static supervisor (`make build`: bin/gpujob-supervisor) that the
     # driver copies into container members; outside plugin_dir, which
     # must hold plugins only.

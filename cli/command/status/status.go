@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/command/submit"
+	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
@@ -43,6 +45,13 @@ type Status struct {
 	// …) once printed, else null.
 	Result  map[string]any `json:"result"`
 	Members []Member       `json:"members"`
+	// Unplaced is how many of the group's members Nomad has not placed
+	// (no allocation yet) while the job is not stopped; Waiting says why,
+	// from a dry-run plan of the job against the cluster's GPUs, in the
+	// words `gpujob submit` uses ("needs 4 × 1 nvidia/gpu …; node a has 3
+	// of 4 free, 1 held by job x").
+	Unplaced int    `json:"unplaced"`
+	Waiting  string `json:"waiting,omitempty"`
 
 	// GPU utilisation of a running job: the GPUs reserved to its running
 	// members, read from their nodes' stats (one read per node).
@@ -143,6 +152,10 @@ two ranks' losses or more it prints their spread (max − min of each rank's
 latest loss) and warns over 0.05, unless the ranks' latest losses are from
 different steps, which it says instead.
 
+Members Nomad has not placed yet are counted, with why: a dry-run plan of the
+job against the cluster's GPUs, in submit's words ("needs 4 × 1 nvidia/gpu;
+3 of 4 could be placed now, 1 cannot; node a has 0 of 4 free, 1 held by job x").
+
 --json prints the same as one JSON document for scripts (full GPU UUIDs).`,
 		Example: `  gpujob status bert-finetune
   gpujob status bert-finetune --json | jq '.members[] | {name, ranks, state}'`,
@@ -227,12 +240,68 @@ func Collect(ctx context.Context, nomad nomadapi.API, jobID string) (*Status, er
 		}
 	}
 	st.State = gpujobs.JobState(job.Stop != nil && *job.Stop, st.Counts, st.Workers)
+	if err := unplaced(nomad, job, st); err != nil {
+		return nil, err
+	}
 	st.GPUUtilization = []GPUUtil{}
 	if st.State == "running" {
 		utilization(nomad, st)
 	}
 	lossSpread(st)
 	return st, nil
+}
+
+// unplaced counts the group's members that have no allocation while the
+// job runs, and asks Nomad (a plan: nothing is placed) why.
+func unplaced(nomad nomadapi.API, job *api.Job, st *Status) error {
+	if job.Stop != nil && *job.Stop || job.Status != nil && *job.Status == "dead" {
+		return nil
+	}
+	group := groupOf(job, gpujobs.TaskName(job))
+	if group == nil || group.Count == nil {
+		return nil
+	}
+	live := 0
+	for _, m := range st.Members {
+		if m.DesiredStatus == "" || m.DesiredStatus == api.AllocDesiredStatusRun {
+			live++
+		}
+	}
+	st.Unplaced = max(*group.Count-live, 0)
+	if st.Unplaced == 0 {
+		return nil
+	}
+	nodes, err := submit.ClusterGPUs(nomad)
+	if err != nil {
+		return err
+	}
+	plan, err := nomad.Plan(job)
+	if err != nil {
+		return err
+	}
+	ask := explain.Ask{Workers: *group.Count, GPUsPerWorker: max(st.GPUsPerWorker, 0)}
+	if job.NodePool != nil {
+		ask.NodePool = *job.NodePool
+	}
+	if group.Name != nil {
+		st.Waiting = explain.Placement(ask, plan.FailedTGAllocs[*group.Name], nodes)
+	}
+	if st.Waiting == "" {
+		st.Waiting = "Nomad has not placed them yet (the plan finds room now)"
+	}
+	return nil
+}
+
+// groupOf is the job's task group that holds the task.
+func groupOf(job *api.Job, task string) *api.TaskGroup {
+	for _, g := range job.TaskGroups {
+		for _, t := range g.Tasks {
+			if t != nil && t.Name == task {
+				return g
+			}
+		}
+	}
+	return nil
 }
 
 // utilization reads the utilisation of the GPUs reserved to the running
@@ -506,6 +575,9 @@ func printStatus(w io.Writer, st *Status) error {
 		if m.LogError != "" {
 			notes = append(notes, fmt.Sprintf("  %s (%s): %s", m.Name, gpujobs.ShortID(m.AllocID), m.LogError))
 		}
+	}
+	if st.Unplaced > 0 {
+		notes = append(notes, fmt.Sprintf("  %d member(s) not placed: %s", st.Unplaced, st.Waiting))
 	}
 	if len(notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")

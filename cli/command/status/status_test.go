@@ -3,6 +3,7 @@ package status
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,65 @@ func TestStatusAllocationCollected(t *testing.T) {
 	}
 	if len(st.Members) != 2 || st.Members[1].Round != 2 || st.Members[1].Loss != nil {
 		t.Errorf("members from the list alone: %+v", st.Members)
+	}
+}
+
+// A member Nomad has not placed has no allocation to show: status counts it
+// and says why, from a plan, in submit's words, naming who holds the GPU.
+func TestStatusExplainsUnplacedMembers(t *testing.T) {
+	f := nomadapi.NewFake()
+	job := fixture.TrainJob("bert", 4, 1)
+	f.SetJob(job)
+	gpus := []string{gpuA, gpuB, "GPU-cccccccc-1111-2222-3333-444455556666", "GPU-dddddddd-1111-2222-3333-444455556666"}
+	var devs []fixture.GPU
+	for _, id := range gpus {
+		devs = append(devs, fixture.GPU{ID: id, Healthy: true})
+	}
+	n1 := fixture.Node("n1-id", "node-1", "Tesla T4", 15360, true, devs...)
+	f.SetNode(n1)
+	for i := 0; i < 3; i++ {
+		f.SetAlloc(fixture.Alloc(job, fmt.Sprintf("a%d000000-0000", i), i, n1, "running", []string{gpus[i]}))
+	}
+	// A trial left behind holds the fourth GPU.
+	other := fixture.TrainJob("sweep-trial-007", 1, 1)
+	f.SetJob(other)
+	f.SetAlloc(fixture.Alloc(other, "e0000000-0000", 0, n1, "running", []string{gpus[3]}))
+	f.PlanFunc = func(j *api.Job) (*api.JobPlanResponse, error) {
+		if *j.ID != "bert" {
+			t.Errorf("planned job %s, want bert", *j.ID)
+		}
+		return &api.JobPlanResponse{FailedTGAllocs: map[string]*api.AllocationMetric{
+			"train": {NodesEvaluated: 1, NodesInPool: 1, DimensionExhausted: map[string]int{"devices: no devices match request": 1}},
+		}}, nil
+	}
+	out, _, err := execute(t, f, "bert")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "1 member(s) not placed: needs 4 × 1 nvidia/gpu (4 GPUs); 3 of 4 could be placed now, 1 cannot; " +
+		"node node-1 has 0 of 4 free, 1 held by job sweep-trial-007, 3 held by job bert"
+	if !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	js, _, err := execute(t, f, "bert", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Unplaced != 1 || !strings.Contains(st.Waiting, "1 held by job sweep-trial-007") {
+		t.Errorf("json unplaced %d, waiting %q", st.Unplaced, st.Waiting)
+	}
+
+	// Every member placed: nothing is planned, nothing said.
+	f.SetAlloc(fixture.Alloc(job, "a3000000-0000", 3, n1, "running", nil))
+	f.PlanFunc = func(*api.Job) (*api.JobPlanResponse, error) {
+		t.Error("planned a job whose members are all placed")
+		return &api.JobPlanResponse{}, nil
+	}
+	if out, _, err := execute(t, f, "bert"); err != nil || strings.Contains(out, "not placed") {
+		t.Errorf("all placed: %v\n%s", err, out)
 	}
 }
