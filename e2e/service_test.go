@@ -42,7 +42,6 @@ func (c *cluster) gateway(t *testing.T) string {
 	}
 }
 
-
 // serviceSpec writes a service spec of serve.py (an untrained model on CPU)
 // named name at version, with extra serve.py arguments, and returns its path.
 func (c *cluster) serviceSpec(t *testing.T, name, version string, replicas int, extraArgs ...string) string {
