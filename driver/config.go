@@ -2,6 +2,8 @@ package driver
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,15 @@ import (
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
+)
+
+// defaultPidsLimit is pids_limit's default: room for a member's ranks with
+// their threads and DataLoader workers many times over, and an eighth of
+// the machine's PIDs where pid_max is the common 32768, so that one task's
+// fork bomb leaves the others theirs.
+const (
+	defaultPidsLimit = 4096
+	minPidsLimit     = 64
 )
 
 // configSpec is the agent's plugin "nomad-driver-gpujob" { config { ... } }.
@@ -39,6 +50,17 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewLiteral(`"nobody"`)),
 	"allow_root": hclspec.NewDefault(hclspec.NewAttr("allow_root", "bool", false),
 		hclspec.NewLiteral("false")),
+	// The users a task may run as (identity.go): allowed_users for every
+	// namespace, namespace_users instead for the namespaces it lists.
+	"allowed_users": hclspec.NewDefault(hclspec.NewAttr("allowed_users", "list(string)", false),
+		hclspec.NewLiteral(`["nobody"]`)),
+	// A map in the agent's HCL1 config reaches the plugin as a list of maps
+	// (as the task config's env does).
+	"namespace_users": hclspec.NewAttr("namespace_users", "list(map(list(string)))", false),
+	// The most processes and threads one task may have (pids.go); 0: no
+	// limit.
+	"pids_limit": hclspec.NewDefault(hclspec.NewAttr("pids_limit", "number", false),
+		hclspec.NewLiteral(strconv.Itoa(defaultPidsLimit))),
 	// The static supervisor (bin/gpujob-supervisor) that container members
 	// run; kept out of plugin_dir, where Nomad would take it for a plugin.
 	"container_supervisor": hclspec.NewDefault(hclspec.NewAttr("container_supervisor", "string", false),
@@ -100,6 +122,13 @@ type Config struct {
 	CheckpointRoot string        `codec:"checkpoint_root"`
 	DefaultUser    string        `codec:"default_user"`
 	AllowRoot      bool          `codec:"allow_root"`
+	// AllowedUsers and NamespaceUsers say who tasks may run as
+	// (identity.go).
+	AllowedUsers      []string              `codec:"allowed_users"`
+	NamespaceUsersRaw []map[string][]string `codec:"namespace_users"`
+	NamespaceUsers    map[string][]string   // NamespaceUsersRaw merged, by validate
+	// PidsLimit caps each task's processes and threads; 0: none.
+	PidsLimit int `codec:"pids_limit"`
 	// ContainerSupervisor is the static supervisor binary the driver copies
 	// into a container member's run directory.
 	ContainerSupervisor string `codec:"container_supervisor"`
@@ -209,6 +238,13 @@ func (c *Config) validate() error {
 	if c.DefaultUser == "root" && !c.AllowRoot {
 		return fmt.Errorf("default_user: \"root\" needs allow_root = true (the gpujob driver runs tasks as root only when the agent config says so)")
 	}
+	if err := c.validateUsers(); err != nil {
+		return err
+	}
+	if c.PidsLimit < 0 || c.PidsLimit > 0 && c.PidsLimit < minPidsLimit {
+		return fmt.Errorf("pids_limit: %d leaves a task too few processes and threads (a Python rank alone runs dozens of threads): "+
+			"use %d or more, or 0 for no limit", c.PidsLimit, minPidsLimit)
+	}
 	// nil is no host_env at all (host_env = [] decodes to an empty list,
 	// which lets nothing through).
 	if c.HostEnv == nil {
@@ -265,4 +301,45 @@ func duration(field, s string, def time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %q is not a positive duration (try \"30s\" or \"5m\")", field, s)
 	}
 	return d, nil
+}
+
+// validateUsers checks allowed_users and namespace_users: no gpujob service
+// account, no empty namespace list, and a default_user that is allowed.
+func (c *Config) validateUsers() error {
+	if c.AllowedUsers == nil {
+		c.AllowedUsers = []string{defaultUser}
+	}
+	check := func(option string, users []string) error {
+		for _, u := range users {
+			if u == "" {
+				return fmt.Errorf("%s: an empty user name", option)
+			}
+			if isServiceAccount(u) {
+				return fmt.Errorf("%s: %q is one of gpujob's own service accounts (gpujob-*), which no task may run as", option, u)
+			}
+		}
+		return nil
+	}
+	if err := check("allowed_users", c.AllowedUsers); err != nil {
+		return err
+	}
+	if c.NamespaceUsers == nil {
+		c.NamespaceUsers = map[string][]string{}
+		for _, m := range c.NamespaceUsersRaw {
+			maps.Copy(c.NamespaceUsers, m)
+		}
+	}
+	for ns, users := range c.NamespaceUsers {
+		option := fmt.Sprintf("namespace_users[%q]", ns)
+		if len(users) == 0 {
+			return fmt.Errorf("%s: an empty list would refuse every task of the namespace; list its users, or leave the namespace out to use allowed_users", option)
+		}
+		if err := check(option, users); err != nil {
+			return err
+		}
+	}
+	if c.DefaultUser != "root" && !slices.Contains(c.AllowedUsers, c.DefaultUser) {
+		return fmt.Errorf("default_user: %q is not in allowed_users %q; tasks without a user would all be refused", c.DefaultUser, c.AllowedUsers)
+	}
+	return nil
 }

@@ -2,12 +2,12 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"syscall"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -89,6 +89,7 @@ func containerSpec(s *supervisor.Spec, task string) {
 	s.GroupsFile = ""
 	s.StopDeadlineFile = ""
 	s.GPUIsolation = nil
+	s.PidsLimit = nil // the docker driver's own pids_limit applies in a container
 	s.VisibleDevices = nil
 	s.Container = true
 }
@@ -113,6 +114,9 @@ func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, p
 	spec.RunAs = runAs
 	spec.HostEnv = allowedAgentEnv(agentEnviron(os.Environ()), pc.hostEnv)
 	containerSpec(spec, plan.task)
+	if err := secureTaskDirs(cfg, runAs); err != nil {
+		return nil, nil, err
+	}
 	if err := prepareCheckpointDir(pc.CheckpointRoot, spec.CheckpointDir, runAs); err != nil {
 		return nil, nil, err
 	}
@@ -138,7 +142,7 @@ func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, p
 	// user 0). An events file left by the allocation's last start was
 	// relayed then; the new supervisor's file appearing tells that it has
 	// read its spec (relay.specRead).
-	if err := ensureRootDir(filepath.Dir(plan.eventsFile)); err != nil {
+	if err := ensureRootDir(cfg.AllocDir, filepath.Join(allocdir.SharedAllocName, containermember.EventsDir)); err != nil {
 		return nil, nil, fmt.Errorf("preparing the container's events directory: %w", err)
 	}
 	if err := os.Remove(plan.eventsFile); err != nil && !os.IsNotExist(err) {
@@ -292,20 +296,31 @@ func (d *Driver) relayOf(dir string) string {
 	return name
 }
 
-// ensureRootDir makes dir root's, mode 0755, whatever was there: a
-// directory the task made in the shared directory in its place is removed.
-func ensureRootDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err == nil && (!fi.IsDir() || fi.Sys().(*syscall.Stat_t).Uid != 0) {
-		if err := os.RemoveAll(dir); err != nil {
+// ensureRootDir makes rel, below the allocation directory allocDir, a
+// directory of root's, mode 0755, created if missing: the container's
+// events directory in the shared directory, which the task's user can
+// write. Every step goes through file descriptors, never following a
+// symlink, and a directory the task's user made in its place is refused
+// rather than removed by path (a path root walks twice can be swapped in
+// between).
+func ensureRootDir(allocDir, rel string) error {
+	name := filepath.Base(rel)
+	return withDirBeneath(allocDir, filepath.Dir(rel), func(parent int) error {
+		if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-		return err
-	}
-	if err := os.Chown(dir, 0, 0); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o755)
+		fd, err := openBeneath(parent, name, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("%s is not a plain directory (a symlink or something else was put there): %w", rel, err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if st.Uid != 0 {
+			return fmt.Errorf("%s belongs to UID %d, not root: something of the task's made it in the driver's place", rel, st.Uid)
+		}
+		return unix.Fchmod(fd, 0o755)
+	})
 }

@@ -142,12 +142,10 @@ func ownLeaf(fd int, path string, st *unix.Stat_t, created bool, mode uint32, cr
 }
 
 // securePrivateDir makes the task's private directory the driver's alone
-// (mode 0700). Nomad creates it world-writable and owned by nobody (a
-// tmpfs mount when the client is root, so it cannot be renamed or
-// replaced); the driver keeps the supervisor's spec (the Consul token), its
-// events and the ranks' process groups there, which no task's user may
-// read or replace. Nothing of Nomad's task needs it but Nomad itself
-// (root), which writes a Vault token there.
+// (mode 0700). Nomad creates it world-writable and owned by nobody. Tasks
+// started by this driver keep nothing there (statedir.go) and have it closed
+// by secureTaskDirs; a task of an older driver, recovered after an upgrade,
+// still has its supervisor's spec, events and rank groups there.
 func securePrivateDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)

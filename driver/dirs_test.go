@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // nobodyCred is a task user other than the test's own (which is root
@@ -16,9 +17,7 @@ var nobodyCred = &supervisor.Credential{User: "nobody", UID: 65534, GID: 65534, 
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: giving a directory to another user")
-	}
+	testpriv.NeedRoot(t, "giving a directory to another user")
 }
 
 func owner(t *testing.T, path string) (uid uint32, mode os.FileMode) {

@@ -177,7 +177,7 @@ func (d *Driver) fingerprint(ctx context.Context, health *consulHealth) (*driver
 	// A default_user this node lacks would fail every task without a user:
 	// keep them off the node, saying why.
 	if isRoot() {
-		if _, err := resolveIdentity("", identityPolicy{DefaultUser: cfg.DefaultUser, AllowRoot: cfg.AllowRoot}, user.Lookup); err != nil {
+		if _, err := resolveIdentity("", policyFor(cfg, "", 0), user.Lookup); err != nil {
 			fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, err.Error()
 			return fp, fingerprintPeriod
 		}
@@ -205,8 +205,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		return nil, nil, fmt.Errorf("decoding the task config: %w", err)
 	}
 	// Who the ranks run as, decided before anything is created for them.
-	runAs, err := resolveIdentity(cfg.User, identityPolicy{DefaultUser: pc.DefaultUser, AllowRoot: pc.AllowRoot,
-		ClientUID: os.Geteuid()}, user.Lookup)
+	runAs, err := resolveIdentity(cfg.User, policyFor(pc, firstOf(cfg.Namespace, "default"), os.Geteuid()), user.Lookup)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -227,28 +226,47 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if spec.GPUIsolation, why = gpuIsolation(cfg, isRoot(), supervisor.DevicesV1Cgroup); spec.GPUIsolation == nil {
 		d.logger.Debug("no device cgroup for the task's GPUs", "task", cfg.Name, "alloc_id", cfg.AllocID, "reason", why)
 	}
-	private := filepath.Dir(spec.EventsFile)
-	if err := securePrivateDir(private); err != nil {
-		return nil, nil, fmt.Errorf("preparing the task's private directory: %w", err)
+	spec.PidsLimit = pidsLimit(cfg, pc.PidsLimit, isRoot(), supervisor.PidsV1Cgroup)
+	spec.TaskEnv = taskEnvList(cfg.Env, agentEnviron(os.Environ()), pc.hostEnv)
+	stateDir, err := taskStateDir(d.runRoot, cfg.AllocID, cfg.Name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gpujob task config: %w", err)
+	}
+	placeStateFiles(spec, stateDir)
+	if err := makeStateDir(d.runRoot, stateDir); err != nil {
+		return nil, nil, fmt.Errorf("preparing the task's state directory: %w", err)
+	}
+	// Nothing of the task's may outlive a failed start: the state
+	// directory holds the Consul token.
+	started := false
+	defer func() {
+		if !started {
+			_ = removeStateDir(stateDir)
+		}
+	}()
+	if err := secureTaskDirs(cfg, runAs); err != nil {
+		return nil, nil, err
 	}
 	if err := prepareCheckpointDir(pc.CheckpointRoot, spec.CheckpointDir, runAs); err != nil {
 		return nil, nil, err
 	}
-	// A task restarted in place (nomad alloc restart) keeps its private
+	// A task restarted in place (nomad alloc restart) keeps its state
 	// directory: the last run's stop deadline and rank groups are not this one's.
 	for _, stale := range []string{spec.StopDeadlineFile, spec.GroupsFile} {
 		if err := os.Remove(stale); err != nil && !os.IsNotExist(err) {
 			return nil, nil, fmt.Errorf("clearing %s: %w", stale, err)
 		}
 	}
-	specPath := filepath.Join(private, specFileName)
+	specPath := filepath.Join(stateDir, specFileName)
 	if err := supervisor.WriteSpec(specPath, spec); err != nil {
 		return nil, nil, err
 	}
 
 	logger := d.logger.With("task", cfg.Name, "alloc_id", cfg.AllocID)
 	exec, pluginClient, err := executor.CreateExecutor(logger, nomadConfig, &executor.ExecutorConfig{
-		LogFile:  filepath.Join(cfg.TaskDir().Dir, "executor.out"),
+		// Not in the task's directory, where its user could have put a
+		// symlink for root's executor to append to.
+		LogFile:  filepath.Join(stateDir, executorLogName),
 		LogLevel: "debug",
 	})
 	if err != nil {
@@ -257,7 +275,10 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	ps, err := exec.Launch(&executor.ExecCommand{
 		Cmd:  d.self,
 		Args: []string{SuperviseCommand, specPath},
-		Env:  taskEnvList(cfg.Env, agentEnviron(os.Environ()), pc.hostEnv),
+		// The supervisor is root: its environment is built here from
+		// nothing (the ranks get the task's from the spec), and so is
+		// that of every command the executor runs in the task.
+		Env: supervisor.RootEnv(cfg.AllocID, cfg.Name),
 		// The supervisor keeps the client's identity and starts the ranks
 		// as spec.RunAs itself (supervisor.Credential says why). Not the
 		// executor's User either way: Nomad 1.6's executor gives such a
@@ -286,9 +307,12 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	// same PID, when the driver decides whether it is gone.
 	superStart, _ := supervisor.ProcessStart(ps.Pid)
 	h := d.newHandle(cfg, exec, pluginClient, ps.Pid, superStart, time.Now().Round(time.Millisecond), spec.GroupsFile, logger)
-	h.runAs = runAs
+	h.runAs, h.stateDir = runAs, stateDir
 	if spec.GPUIsolation != nil {
 		h.devicesCgroup = spec.GPUIsolation.V1Cgroup
+	}
+	if spec.PidsLimit != nil {
+		h.pidsCgroup = spec.PidsLimit.V1Cgroup
 	}
 	handle := drivers.NewTaskHandle(taskHandleVersion)
 	handle.Config = cfg
@@ -300,8 +324,10 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		StartedAt:      h.startedAt,
 		EventsFile:     spec.EventsFile,
 		GroupsFile:     spec.GroupsFile,
+		StateDir:       stateDir,
 		RunAs:          runAs,
 		DevicesCgroup:  h.devicesCgroup,
+		PidsCgroup:     h.pidsCgroup,
 	}
 	if err := handle.SetDriverState(&state); err != nil {
 		_ = exec.Shutdown("", 0)
@@ -310,6 +336,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 	d.tasks.Set(cfg.ID, h)
 	d.startHandle(h, spec.EventsFile, 0)
+	started = true
 	return handle, nil, nil
 }
 
@@ -337,8 +364,11 @@ func (d *Driver) startHandle(h *taskHandle, eventsFile string, offset int64) {
 			trusted = filepath.Join(h.taskConfig.AllocDir, allocdir.SharedAllocName)
 			opened = h.relay.specRead
 		}
+		budget := newEventBudget()
 		err := followEvents(ctx, eventsFile, trusted, offset, opened, func(e taskevent.Event) {
-			d.emit(h.taskConfig, h.eventTask(), e)
+			if budget.admit(time.Now(), &e) {
+				d.emit(h.taskConfig, h.eventTask(), e)
+			}
 		})
 		if err != nil {
 			h.logger.Warn("not relaying the supervisor's events", "error", err)
@@ -408,10 +438,16 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 		return fmt.Errorf("reattaching to the executor: %w", err)
 	}
 	h := d.newHandle(state.TaskConfig, exec, pluginClient, state.Pid, state.PidStartTicks, state.StartedAt, groupsFile, logger)
-	h.runAs, h.devicesCgroup = state.RunAs, state.DevicesCgroup
-	if state.EventsFile != "" {
-		// A client that rebuilt the task directory made it world-writable
-		// again.
+	h.runAs, h.devicesCgroup, h.pidsCgroup, h.stateDir = state.RunAs, state.DevicesCgroup, state.PidsCgroup, state.StateDir
+	// A client that rebuilt the task's directories on its restart made them
+	// world-writable again: the ranks' user's alone once more.
+	if err := secureTaskDirs(state.TaskConfig, state.RunAs); err != nil {
+		logger.Warn("the task's directories may be open to other users", "error", err)
+	}
+	if state.StateDir == "" && state.EventsFile != "" {
+		// A task of an older driver keeps its files in its private
+		// directory, which a client that rebuilt the task directory made
+		// world-writable again.
 		if err := securePrivateDir(filepath.Dir(state.EventsFile)); err != nil {
 			logger.Warn("the task's private directory may be open to other users", "error", err)
 		}
@@ -526,8 +562,13 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	}
 	if !processAlive(h.pid, h.pidStart) {
 		killLeftovers(h.logger, h.groupsFile)
-		if err := supervisor.RemoveV1Cgroup(h.devicesCgroup); err != nil {
-			h.logger.Debug("removing the task's devices cgroup", "error", err)
+		for _, cg := range []string{h.devicesCgroup, h.pidsCgroup} {
+			if err := supervisor.RemoveV1Cgroup(cg); err != nil {
+				h.logger.Debug("removing the task's cgroup", "cgroup", cg, "error", err)
+			}
+		}
+		if err := removeStateDir(h.stateDir); err != nil {
+			h.logger.Warn("removing the task's state directory", "dir", h.stateDir, "error", err)
 		}
 	}
 	if h.stopEvents != nil {
@@ -623,6 +664,11 @@ func (d *Driver) ExecTaskStreamingRaw(ctx context.Context, taskID string, comman
 // checks) run as the task's user: the executor would run it as the
 // supervisor's, root.
 func (d *Driver) asTaskUser(h *taskHandle, cmd []string) []string {
+	if h.stateDir != "" {
+		// With the task's environment, which the executor's (the root
+		// supervisor's) lacks, and as the ranks' user.
+		return append([]string{d.self, supervisor.RunAsCommand}, supervisor.RunAsArgs(filepath.Join(h.stateDir, specFileName), cmd)...)
+	}
 	if h.runAs == nil {
 		return cmd
 	}

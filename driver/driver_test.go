@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +26,7 @@ import (
 	"github.com/gpujob/gpujob/driver/supervisor"
 	"github.com/gpujob/gpujob/internal/taskevent"
 	"github.com/gpujob/gpujob/internal/testagent"
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // testConsul is the Consul agent of the tests that run tasks, started by
@@ -87,6 +90,9 @@ func harnessWith(t testingT, cfg Config, tweak func(*Driver)) *dtestutil.DriverH
 		t.Fatal(err)
 	}
 	d := New(testlog.HCLogger(t), self)
+	// The tasks' state directories and container run directories go to
+	// the test's own, not the machine's /run/gpujob.
+	d.runRoot = t.TempDir()
 	tweak(d)
 	// No h.Kill on cleanup: it stops the in-memory gRPC server while
 	// go-plugin's own shutdown handler does the same, a data race inside
@@ -274,16 +280,14 @@ func TestFingerprintFollowsConsul(t *testing.T) {
 }
 
 func TestFingerprintNeedsTheDefaultUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("default_user applies on a root client only")
-	}
-	h := harness(t, Config{DefaultUser: "gpujob-no-such-user"})
+	testpriv.NeedRoot(t, "default_user applies on a root client only")
+	h := harness(t, Config{DefaultUser: "no-such-user-gj", AllowedUsers: []string{"no-such-user-gj"}})
 	ch, err := h.Fingerprint(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	fp := <-ch
-	if fp.Health != drivers.HealthStateUnhealthy || !strings.Contains(fp.HealthDescription, `default_user "gpujob-no-such-user" does not exist`) {
+	if fp.Health != drivers.HealthStateUnhealthy || !strings.Contains(fp.HealthDescription, `default_user "no-such-user-gj" does not exist`) {
 		t.Fatalf("health %s %q, want unhealthy naming the missing default_user", fp.Health, fp.HealthDescription)
 	}
 }
@@ -622,9 +626,7 @@ func TestStopEndsRanksThatIgnoreSIGTERMWithinTheTimeout(t *testing.T) {
 // and `nomad alloc exec` run as nobody, the checkpoint directory is
 // nobody's, the spec with the Consul token is not, and root is refused.
 func TestTaskRunsAsItsUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: running tasks as another user")
-	}
+	testpriv.NeedRoot(t, "running tasks as another user")
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
 	// t.TempDir's directories are root's, mode 0700: nobody could not
 	// reach the checkpoints below. A real checkpoint_root is 0755.
@@ -632,10 +634,14 @@ func TestTaskRunsAsItsUser(t *testing.T) {
 	os.Chmod(filepath.Dir(filepath.Dir(ckpt)), 0o755)
 	h := harness(t, Config{DefaultUser: "nobody", CheckpointRoot: ckpt})
 	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2,
-		Args: []string{"-c", `echo "$(id -u) $(id -G) home=$HOME user=$USER" > "$GPUJOB_CHECKPOINT_DIR/ids.$RANK"
-cat "$NOMAD_TASK_DIR/../private/gpujob-supervisor.json" >/dev/null 2>&1 && echo "read the spec" > "$GPUJOB_CHECKPOINT_DIR/leak.$RANK"
+		Args: []string{"-c", `echo "$(id -u) $(id -G) home=$HOME user=$USER flag=$MY_FLAG" > "$GPUJOB_CHECKPOINT_DIR/ids.$RANK"
+spec=$(tr '\0' '\n' < /proc/$PPID/cmdline | tail -n 1)
+cat "$spec" >/dev/null 2>&1 && echo "read the spec at $spec" > "$GPUJOB_CHECKPOINT_DIR/leak.$RANK"
 while :; do sleep 0.1; done`}}
 	cfg := member(t, h, "as-nobody", 0, ports(t, 1)[0], tc)
+	// The job's environment reaches the ranks, never the root supervisor.
+	cfg.Env["MY_FLAG"] = "from-the-job"
+	cfg.Env["LD_PRELOAD"] = "/nonexistent/hostile.so"
 	// The harness's alloc dir is under a 0700 temporary directory; a
 	// client's data_dir/alloc is 0711.
 	os.Chmod(filepath.Dir(cfg.AllocDir), 0o711)
@@ -649,7 +655,7 @@ while :; do sleep 0.1; done`}}
 		a, _ := os.ReadFile(filepath.Join(dir, "ids.0"))
 		b, _ := os.ReadFile(filepath.Join(dir, "ids.1"))
 		if len(a) > 0 && len(b) > 0 {
-			want := "65534 65534 home=" + filepath.Join(cfg.TaskDir().Dir, "local") + " user=nobody\n"
+			want := "65534 65534 home=" + filepath.Join(cfg.TaskDir().Dir, "local") + " user=nobody flag=from-the-job\n"
 			if string(a) != want || string(b) != want {
 				t.Fatalf("ranks ran as %q and %q, want %q", a, b, want)
 			}
@@ -661,7 +667,18 @@ while :; do sleep 0.1; done`}}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if leaks, _ := filepath.Glob(filepath.Join(dir, "leak.*")); len(leaks) > 0 {
-		t.Errorf("a rank read the supervisor's spec (and the Consul token in it)")
+		b, _ := os.ReadFile(leaks[0])
+		t.Errorf("a rank read the supervisor's spec (and the Consul token in it): %s", b)
+	}
+	// The task's own directories are the ranks' user's alone; private/
+	// (Nomad's) root's.
+	for _, d := range []string{"", "local", "secrets", "tmp"} {
+		if uid, mode := owner(t, filepath.Join(cfg.TaskDir().Dir, d)); uid != 65534 || mode.Perm() != 0o700 {
+			t.Errorf("task dir %q: UID %d mode %v, want nobody's 0700", d, uid, mode)
+		}
+	}
+	if uid, mode := owner(t, filepath.Join(cfg.AllocDir, "alloc", "data")); uid != 65534 || mode.Perm() != 0o700 {
+		t.Errorf("alloc/data: UID %d mode %v, want nobody's 0700", uid, mode)
 	}
 	if uid, mode := owner(t, dir); uid != 65534 || mode.Perm() != 0o700 {
 		t.Errorf("checkpoint dir: UID %d mode %v, want nobody's 0700", uid, mode)
@@ -676,13 +693,27 @@ while :; do sleep 0.1; done`}}
 	if uid := procUID(t, pid); uid != 0 {
 		t.Errorf("the supervisor runs as UID %d, want root", uid)
 	}
+	// ... with an environment of the driver's making, nothing of the job's.
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00"), supervisor.RootEnv(cfg.AllocID, cfg.Name); !reflect.DeepEqual(got, want) {
+		t.Errorf("the supervisor's environment is %q, want only %q", got, want)
+	}
 	// nomad alloc exec runs as the task's user too.
-	res, err := h.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "id -u; id -G"}, 10*time.Second)
+	res, err := h.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "id -u; id -G; echo $MY_FLAG"}, 10*time.Second)
 	if err != nil || !res.ExitResult.Successful() {
 		t.Fatalf("exec: %v %+v", err, res)
 	}
-	if got := strings.Fields(string(res.Stdout)); strings.Join(got, " ") != "65534 65534" {
-		t.Errorf("exec ran as %q, want nobody with nobody's group alone", res.Stdout)
+	var lines []string // without the loader's complaint about the task's (missing) LD_PRELOAD
+	for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		if !strings.HasPrefix(l, "ERROR: ld.so:") {
+			lines = append(lines, l)
+		}
+	}
+	if got := strings.Join(lines, " "); got != "65534 65534 from-the-job" {
+		t.Errorf("exec ran as %q, want nobody with nobody's group alone and the task's environment", res.Stdout)
 	}
 	if err := h.StopTask(cfg.ID, 5*time.Second, "SIGTERM"); err != nil {
 		t.Fatal(err)
@@ -716,4 +747,45 @@ func procUID(t *testing.T, pid int) int {
 	}
 	t.Fatalf("no Uid line in /proc/%d/status", pid)
 	return -1
+}
+
+// TestPidsLimitBoundsAForkBomb: a rank that starts processes without end
+// is held to the driver's pids_limit (the supervisor's cgroup), and the
+// machine's other processes are untouched. The bomb is bounded (200
+// sleeps), so a missing limit fails the test without harming the machine.
+func TestPidsLimitBoundsAForkBomb(t *testing.T) {
+	testpriv.NeedRoot(t, "cgroups")
+	h := harness(t, Config{PidsLimit: 64})
+	dir := t.TempDir()
+	py := `import os, subprocess
+started, failed = [], 0
+for i in range(200):
+    try:
+        started.append(subprocess.Popen(["sleep", "30"]))
+    except OSError:
+        failed += 1
+with open(os.path.join(DIR, "started"), "w") as f:
+    f.write("%d %d" % (len(started), failed))
+with open("/proc/self/cgroup") as f, open(os.path.join(DIR, "cgroup"), "w") as out:
+    out.write(f.read())
+for p in started:
+    p.kill()
+    p.wait()
+`
+	tc := TaskConfig{Command: "/usr/bin/python3", Args: []string{"-c", "DIR = " + strconv.Quote(dir) + "\n" + py}}
+	cfg := member(t, h, "bomb", 0, ports(t, 1)[0], tc)
+	res := startAll(t, h, []*drivers.TaskConfig{cfg}, 60*time.Second)
+	b, err := os.ReadFile(filepath.Join(dir, "started"))
+	if err != nil {
+		t.Fatalf("the rank did not report: %v; exit %+v; stdout:\n%s\nstderr:\n%s", err, res[0], logOf(t, cfg, "stdout", lines(1)), stderr(t, cfg))
+	}
+	var started, failed int
+	fmt.Sscan(string(b), &started, &failed)
+	if started >= 64 || started == 0 || failed == 0 {
+		t.Errorf("the rank started %d of 200 processes (%d failed), want fewer than pids_limit 64 (and some)", started, failed)
+	}
+	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+	if !strings.Contains(string(cg), "gpujob-") {
+		t.Errorf("the rank's pids cgroup is %q, not the task's", cg)
+	}
 }

@@ -80,3 +80,13 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9-]`)
 
 // isRoot reports whether the driver can switch users and make cgroups.
 func isRoot() bool { return os.Geteuid() == 0 }
+
+// pidsLimit is the cap on the task's processes the supervisor sets up, nil
+// without one (limit 0) or on a client that is not root (it cannot make
+// cgroups). v1Cgroup finds where a cgroups v1 pids cgroup named leaf goes.
+func pidsLimit(cfg *drivers.TaskConfig, limit int, root bool, v1Cgroup func(leaf string) string) *supervisor.PidsLimit {
+	if limit <= 0 || !root {
+		return nil
+	}
+	return &supervisor.PidsLimit{Max: limit, V1Cgroup: v1Cgroup(devicesCgroupName(cfg))}
+}

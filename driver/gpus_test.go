@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/nomad/plugins/drivers"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 func TestReservedGPUs(t *testing.T) {
@@ -35,7 +37,7 @@ func TestReservedGPUMinors(t *testing.T) {
 	// device root): the node itself is the truth.
 	node := filepath.Join(dir, "nvidia0")
 	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(195, 5))); err != nil {
-		t.Skipf("cannot make a device node here: %v", err)
+		testpriv.Skip(t, "cannot make a device node here: %v", err)
 	}
 	devs := []*drivers.DeviceConfig{
 		{TaskPath: "/dev/nvidia0", HostPath: node},

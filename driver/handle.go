@@ -26,8 +26,13 @@ type taskHandle struct {
 	pidStart     uint64 // the supervisor's start ticks, 0 if unknown
 	groupsFile   string // where the supervisor records its ranks' process groups
 	runAs        *supervisor.Credential
+	// stateDir is the task's state directory (statedir.go); "" for a task
+	// of an older driver, whose files are in its private directory.
+	stateDir string
 	// devicesCgroup is the cgroups v1 devices cgroup of the task, if any.
 	devicesCgroup string
+	// pidsCgroup is its cgroups v1 pids cgroup, if any.
+	pidsCgroup string
 	logger        hclog.Logger
 	taskConfig    *drivers.TaskConfig
 	startedAt     time.Time

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 
 	"github.com/gpujob/gpujob/driver/supervisor"
 )
@@ -20,9 +21,54 @@ const defaultUser = "nobody"
 type identityPolicy struct {
 	DefaultUser string
 	AllowRoot   bool
+	// AllowedUsers are the users any namespace's tasks may run as
+	// (allowed_users); NamespaceUsers replaces them for the namespaces it
+	// lists (namespace_users), its first user being that namespace's
+	// default. Root is decided by AllowRoot alone.
+	AllowedUsers   []string
+	NamespaceUsers map[string][]string
+	// Namespace is the task's Nomad namespace.
+	Namespace string
 	// ClientUID is the driver's effective UID. Only root can start
 	// processes as another user.
 	ClientUID int
+}
+
+// policyFor is the identity policy of a task in namespace ns under the
+// plugin config.
+func policyFor(pc *Config, ns string, clientUID int) identityPolicy {
+	return identityPolicy{DefaultUser: pc.DefaultUser, AllowRoot: pc.AllowRoot, AllowedUsers: pc.AllowedUsers,
+		NamespaceUsers: pc.NamespaceUsers, Namespace: ns, ClientUID: clientUID}
+}
+
+// serviceAccounts are gpujob's own accounts: the gateway, the sweep
+// controllers and the exporter run as them so that no task can read their
+// identity files or Task API sockets. No task ever runs as one, whatever
+// the config says; nor as any other account named gpujob-*.
+var serviceAccounts = []string{"gpujob-gateway", "gpujob-sweep", "gpujob-exporter"}
+
+// isServiceAccount reports whether name is one of gpujob's own accounts.
+func isServiceAccount(name string) bool {
+	return strings.HasPrefix(name, "gpujob-")
+}
+
+// UserRefusedError is a task whose user the plugin config does not allow
+// in its namespace.
+type UserRefusedError struct {
+	User, Source, Namespace string
+	Option                  string   // allowed_users or namespace_users["ns"]
+	Allowed                 []string // that option's users
+	ServiceAccount          bool
+}
+
+func (e *UserRefusedError) Error() string {
+	if e.ServiceAccount {
+		return fmt.Sprintf("the task would run as %q (%s), one of gpujob's own service accounts (gpujob-*), which no task may use: "+
+			"give the task another `user`", e.User, e.Source)
+	}
+	return fmt.Sprintf("the task would run as %q (%s), which the gpujob driver does not allow in namespace %q: "+
+		"%s is %q; give the task a user from it, or add %q to %s in the client's "+
+		`plugin "nomad-driver-gpujob" { config { ... } } block`, e.User, e.Source, e.Namespace, e.Option, e.Allowed, e.User, e.Option)
 }
 
 // RootRefusedError is a task that would run as root on a client whose
@@ -70,8 +116,17 @@ func resolveIdentity(taskUser string, p identityPolicy, lookup lookupFunc) (*sup
 		return nil, nil
 	}
 
+	allowed, option := p.AllowedUsers, "allowed_users"
+	nsUsers, nsListed := p.NamespaceUsers[p.Namespace]
+	if nsListed {
+		allowed, option = nsUsers, fmt.Sprintf("namespace_users[%q]", p.Namespace)
+	}
 	name, source := taskUser, "the task's user"
-	if name == "" {
+	switch {
+	case name != "":
+	case nsListed && len(nsUsers) > 0:
+		name, source = nsUsers[0], "the first of the plugin's "+option
+	default:
 		name, source = p.DefaultUser, "the plugin's default_user"
 		if name == "" {
 			name = defaultUser
@@ -85,10 +140,38 @@ func resolveIdentity(taskUser string, p identityPolicy, lookup lookupFunc) (*sup
 	if err != nil {
 		return nil, err
 	}
-	if cred.UID == 0 && !p.AllowRoot {
-		return nil, &RootRefusedError{User: name, Source: source}
+	if cred.UID == 0 {
+		if !p.AllowRoot {
+			return nil, &RootRefusedError{User: name, Source: source}
+		}
+		return cred, nil
+	}
+	// By UID, so that another name of the same account is the same user.
+	if isServiceAccount(u.Username) || isServiceAccount(name) || sameUIDAsAny(cred.UID, serviceAccounts, lookup) {
+		return nil, &UserRefusedError{User: name, Source: source, ServiceAccount: true}
+	}
+	if p.AllowedUsers == nil && !nsListed {
+		return cred, nil // no allow-list configured (a policy built by hand)
+	}
+	if !sameUIDAsAny(cred.UID, allowed, lookup) {
+		return nil, &UserRefusedError{User: name, Source: source, Namespace: p.Namespace, Option: option, Allowed: allowed}
 	}
 	return cred, nil
+}
+
+// sameUIDAsAny reports whether uid is the UID of one of the named users
+// (names this client lacks are skipped).
+func sameUIDAsAny(uid uint32, names []string, lookup lookupFunc) bool {
+	for _, n := range names {
+		u, err := lookup(n)
+		if err != nil {
+			continue
+		}
+		if id, err := strconv.ParseUint(u.Uid, 10, 32); err == nil && uint32(id) == uid {
+			return true
+		}
+	}
+	return false
 }
 
 func lookupUser(name, source string, lookup lookupFunc) (*user.User, error) {

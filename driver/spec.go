@@ -23,16 +23,6 @@ const (
 	defaultStopGrace   = 3 * time.Second
 )
 
-// Files the driver keeps in the task's private directory: Nomad mounts a
-// tmpfs there and it is not readable through the allocation file API, so the
-// spec's Consul token never reaches disk or an API caller.
-const (
-	specFileName         = "gpujob-supervisor.json"
-	eventsFileName       = "gpujob-events.jsonl"
-	groupsFileName       = "gpujob-rank-groups.json"
-	stopDeadlineFileName = "gpujob-stop-deadline"
-)
-
 // buildSpec turns Nomad's task config and ours into the supervisor's spec.
 // It is pure apart from reading CONSUL_HTTP_* when the plugin config leaves
 // them out, so every rule here is unit-tested.
@@ -109,12 +99,11 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	// Nomad builds the task directory as <alloc dir>/<task name> and
 	// refuses only slashes and NULs in a task name: ".", ".." or "alloc"
 	// (the shared directory every task and the alloc fs API can read)
-	// would put the private directory, with the Consul token, outside the
-	// task's own directory.
+	// would make the task's directory, which the driver secures for the
+	// ranks' user (taskdirs.go), the allocation's or its parent.
 	if t := cfg.Name; t == "" || t == "." || t == ".." || t == allocdir.SharedAllocName || strings.ContainsAny(t, `/\`) {
 		return nil, fmt.Errorf("task name %q: the gpujob driver needs a task directory of its own under the allocation directory (a name other than \".\", \"..\" or %q, without slashes)", t, allocdir.SharedAllocName)
 	}
-	private := filepath.Join(cfg.TaskDir().Dir, allocdir.TaskPrivate)
 
 	// Each `gpujob submit` is a fresh run with a fresh restart budget; the
 	// members of one submission (replacements too) share its run.
@@ -150,31 +139,28 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	}
 
 	s := &supervisor.Spec{
-		Command:          tc.Command,
-		Args:             tc.Args,
-		Env:              tc.envMap(),
-		Workdir:          tc.Workdir,
-		NProcPerNode:     nproc,
-		LogPrefix:        logPrefix,
-		Preload:          tc.Preload,
-		RunID:            runID,
-		RunGroup:         runGroup,
-		RoleName:         "default",
-		Self:             supervisor.Member{ID: cfg.AllocID, Name: allocName, Addr: addr},
-		Expected:         expected,
-		Min:              min,
-		Max:              max,
-		JoinTimeout:      supervisor.Duration(join),
-		LastCall:         supervisor.Duration(lastCall),
-		MaxRestarts:      maxRestarts,
-		CheckpointDir:    ckpt,
-		StopGrace:        supervisor.Duration(defaultStopGrace),
-		Consul:           consul,
-		EventsFile:       filepath.Join(private, eventsFileName),
-		GroupsFile:       filepath.Join(private, groupsFileName),
-		StopDeadlineFile: filepath.Join(private, stopDeadlineFileName),
-		Report:           report,
-		Solo:             tc.Service,
+		Command:       tc.Command,
+		Args:          tc.Args,
+		Env:           tc.envMap(),
+		Workdir:       tc.Workdir,
+		NProcPerNode:  nproc,
+		LogPrefix:     logPrefix,
+		Preload:       tc.Preload,
+		RunID:         runID,
+		RunGroup:      runGroup,
+		RoleName:      "default",
+		Self:          supervisor.Member{ID: cfg.AllocID, Name: allocName, Addr: addr},
+		Expected:      expected,
+		Min:           min,
+		Max:           max,
+		JoinTimeout:   supervisor.Duration(join),
+		LastCall:      supervisor.Duration(lastCall),
+		MaxRestarts:   maxRestarts,
+		CheckpointDir: ckpt,
+		StopGrace:     supervisor.Duration(defaultStopGrace),
+		Consul:        consul,
+		Report:        report,
+		Solo:          tc.Service,
 	}
 	return s, s.Validate()
 }

@@ -25,12 +25,18 @@ type TaskState struct {
 	StartedAt      time.Time
 	EventsFile     string
 	GroupsFile     string // the ranks' process groups, for killLeftovers
+	// StateDir is the task's state directory (statedir.go), with the
+	// supervisor's spec; "" for a task of a driver that kept them in the
+	// task's private directory.
+	StateDir string
 	// RunAs is the ranks' user, for commands run in the task; nil for the
 	// supervisor's own (and for tasks of a driver that ran them as root).
 	RunAs *supervisor.Credential
 	// DevicesCgroup is the task's cgroups v1 devices cgroup, removed with
 	// the task.
 	DevicesCgroup string
+	// PidsCgroup is its cgroups v1 pids cgroup (pids_limit), likewise.
+	PidsCgroup string
 	// Container is set for a container member's sidecar, which has no
 	// executor to reattach to (ReattachConfig and Pid are unset).
 	Container *ContainerState `json:",omitempty"`

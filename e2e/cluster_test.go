@@ -40,6 +40,9 @@ type clusterOptions struct {
 	docker        bool // GPUJOB_DEV_DOCKER: a dockerd and Nomad's docker driver
 	gateway       bool // GPUJOB_DEV_GATEWAY: the gpujob gateway job (GPUJOB_GATEWAY_ADDR)
 	exporter      bool // GPUJOB_DEV_EXPORTER: the gpujob exporter system job (GPUJOB_EXPORTER_ADDR)
+	// driverExtra is HCL added to the task driver's plugin config
+	// (GPUJOB_DEV_DRIVER_EXTRA).
+	driverExtra string
 	// dynPorts is the first of the clients' dynamic task ports
 	// (GPUJOB_DEV_DYN_PORTS; dynPortsPerClient per client). Every cluster
 	// of the run gets a block of its own in 28000–31599: above every port
@@ -137,7 +140,7 @@ func repoRoot() string {
 // off the default ports, so `make dev` and the tests can run side by side.
 func startCluster() *cluster {
 	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
-		dynPorts: 28000})
+		dynPorts: 28000, driverExtra: tenantsDriverConfig})
 }
 
 // startClusterOpts brings up a cluster as opts say.
@@ -177,6 +180,9 @@ func startClusterOpts(opts clusterOptions) *cluster {
 	if opts.dynPorts > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_DYN_PORTS=%d", opts.dynPorts+shift),
 			fmt.Sprintf("GPUJOB_DEV_DYN_PORTS_PER_CLIENT=%d", dynPortsPerClient))
+	}
+	if opts.driverExtra != "" {
+		cmd.Env = append(cmd.Env, "GPUJOB_DEV_DRIVER_EXTRA="+opts.driverExtra)
 	}
 	if opts.consulServers > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_CONSUL_SERVERS=%d", opts.consulServers))

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // procUIDs reads a process's real and effective UIDs from /proc.
@@ -77,7 +79,7 @@ func checkIdentities(t *testing.T, allocIDs ...string) {
 func TestTasksRunAsNobodyAndRootIsRefused(t *testing.T) {
 	c := needCluster(t)
 	if os.Geteuid() != 0 {
-		t.Skip("the dev cluster's client is not root: it cannot switch users")
+		testpriv.Skip(t, "the dev cluster's client is not root: it cannot switch users")
 	}
 	c.nodeGPUs(t, fakeGPUsPerClient)
 	const id = "e2e-identity"
@@ -160,7 +162,7 @@ func TestRanksOpenOnlyTheirGPUs(t *testing.T) {
 	c := needCluster(t)
 	nodes := filepath.Join(c.dir, "client-1", "fakedev", "dev", "nvidia*")
 	if m, _ := filepath.Glob(nodes); len(m) != fakeGPUsPerClient {
-		t.Skip("the dev cluster has no look-alike GPU device nodes (dev-up needs root to make them)")
+		testpriv.Skip(t, "the dev cluster has no look-alike GPU device nodes (dev-up needs root to make them)")
 	}
 	c.nodeGPUs(t, fakeGPUsPerClient)
 	const id = "e2e-gpu-nodes"

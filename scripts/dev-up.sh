@@ -40,6 +40,7 @@
 #                           and OPENBLAS_*, the dev Consul with,
 #                           in the ACL and TLS modes, the driver's token and certificates;
 #                           tasks run as the driver's default_user, nobody, and root is refused)
+#   GPUJOB_DEV_DRIVER_EXTRA   HCL appended to that body (e.g. namespace_users, pids_limit)
 #   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
 #   GPUJOB_DEV_TIMEOUT      seconds to wait for the cluster to be ready (90)
 #   GPUJOB_DEV_PORT_OFFSET  added to every default port below (0): one variable moves
@@ -933,6 +934,7 @@ EOF
 plugin "nomad-driver-gpujob" {
   config {
 $driver_config
+${GPUJOB_DEV_DRIVER_EXTRA:-}
   }
 }
 EOF

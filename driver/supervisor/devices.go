@@ -197,7 +197,14 @@ func writeProcs(dir string, pid int) error {
 // supervisor's is the same: the executor does not move it in that
 // hierarchy). Empty when the host has cgroups v2 only, or no devices
 // controller mounted.
-func DevicesV1Cgroup(leaf string) string {
+func DevicesV1Cgroup(leaf string) string { return v1Cgroup("devices", leaf) }
+
+// PidsV1Cgroup is DevicesV1Cgroup for the pids controller (PidsLimit).
+func PidsV1Cgroup(leaf string) string { return v1Cgroup("pids", leaf) }
+
+// v1Cgroup is the path of a child named leaf of this process's own cgroup
+// in the cgroups v1 hierarchy of controller; "" without one.
+func v1Cgroup(controller, leaf string) string {
 	if unified() {
 		return ""
 	}
@@ -206,7 +213,7 @@ func DevicesV1Cgroup(leaf string) string {
 		return ""
 	}
 	defer mounts.Close()
-	mount, root, ok := v1Mount(mounts, "devices")
+	mount, root, ok := v1Mount(mounts, controller)
 	if !ok {
 		return ""
 	}
@@ -215,7 +222,7 @@ func DevicesV1Cgroup(leaf string) string {
 		return ""
 	}
 	defer self.Close()
-	path, ok := cgroupOf(self, "devices")
+	path, ok := cgroupOf(self, controller)
 	if !ok {
 		return ""
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer/cgroups/ebpf"
 	"github.com/opencontainers/runc/libcontainer/cgroups/ebpf/devicefilter"
 	"github.com/opencontainers/runc/libcontainer/devices"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 func TestDeniedGPUMinors(t *testing.T) {
@@ -111,9 +113,7 @@ func errnoName(e syscall.Errno) string {
 // first, which tells the two apart on any machine.
 func fakeGPUNodes(t *testing.T) (gpu0, gpu1 string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: device nodes and cgroups")
-	}
+	testpriv.NeedRoot(t, "device nodes and cgroups")
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("a real NVIDIA driver is loaded: the look-alike nodes would open")
 	}
@@ -121,7 +121,7 @@ func fakeGPUNodes(t *testing.T) (gpu0, gpu1 string) {
 	gpu0, gpu1 = filepath.Join(dir, "nvidia0"), filepath.Join(dir, "nvidia1")
 	for i, p := range []string{gpu0, gpu1} {
 		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(i)|nvidiaMajor<<8); err != nil {
-			t.Skipf("cannot make device nodes here: %v", err)
+			testpriv.Skip(t, "cannot make device nodes here: %v", err)
 		}
 	}
 	return gpu0, gpu1
@@ -168,12 +168,12 @@ func TestV1CgroupDeniesOtherGPUs(t *testing.T) {
 	leaf := fmt.Sprintf("gpujob-test-%d", os.Getpid())
 	dir := DevicesV1Cgroup(leaf)
 	if dir == "" {
-		t.Skip("no cgroups v1 devices controller")
+		testpriv.Skip(t, "no cgroups v1 devices controller")
 	}
 	pid, release := startOpener(t, gpu0, gpu1)
 	cleanup, err := enterV1Cgroup(dir, deniedGPUMinors([]int{0}), pid)
 	if err != nil {
-		t.Skipf("cannot use the devices cgroup here: %v", err)
+		testpriv.Skip(t, "cannot use the devices cgroup here: %v", err)
 	}
 	got := release()
 	cleanup()
@@ -200,7 +200,7 @@ func TestV2FilterDeniesOtherGPUs(t *testing.T) {
 	}
 	dir := filepath.Join(root, fmt.Sprintf("gpujob-test-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Skipf("cannot make a cgroup v2 here: %v", err)
+		testpriv.Skip(t, "cannot make a cgroup v2 here: %v", err)
 	}
 	defer os.Remove(dir)
 	// First what Nomad 1.6's executor attaches on a v2 host: an allow-list
@@ -217,7 +217,7 @@ func TestV2FilterDeniesOtherGPUs(t *testing.T) {
 	_, err = ebpf.LoadAttachCgroupDeviceFilter(nomadLike, license, fd)
 	syscall.Close(fd)
 	if err != nil {
-		t.Skipf("cannot attach a device filter here: %v", err)
+		testpriv.Skip(t, "cannot attach a device filter here: %v", err)
 	}
 	pid, release := startOpener(t, gpu0, "/dev/null")
 	if err := writeProcs(dir, pid); err != nil {

@@ -1,7 +1,10 @@
 package supervisor
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,4 +125,82 @@ func WorkerEnv(base []string, s *Spec, p Placement, localRank int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// RootPath is the PATH of every process of gpujob's that runs as root on a
+// client: the supervisor and the run-as helper. It names only directories
+// that root alone can write on any sane system.
+const RootPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// RootEnv is the whole environment the driver starts the supervisor (and
+// the run-as helper) with: built here from nothing, never from the task's,
+// so that no variable a job controls (LD_PRELOAD for the dynamic loader,
+// GODEBUG, HTTP_PROXY, CONSUL_HTTP_ADDR for the Consul client, ...) reaches
+// a process that runs as root. The allocation and task name it carries are
+// Nomad's own, for `ps e` and for finding the task's processes.
+func RootEnv(allocID, task string) []string {
+	return []string{"PATH=" + RootPath, "NOMAD_ALLOC_ID=" + allocID, "NOMAD_TASK_NAME=" + task}
+}
+
+// BaseEnv is the environment the ranks start from: the task environment the
+// driver put in the spec for a host member; for a container member the
+// container's own (the image's and the docker task's), which this process
+// was started with and then gives up (clearOwn), so that the supervisor's
+// own HTTP clients and runtime see none of it.
+func BaseEnv(s *Spec, own []string, clearOwn func()) []string {
+	if !s.Container {
+		return s.TaskEnv
+	}
+	base := append([]string(nil), own...)
+	clearOwn()
+	return base
+}
+
+// ExecEnv is the environment of a command run in the task (`nomad alloc
+// exec`, a script check): a rank's, without the variables of a round.
+func ExecEnv(base []string, s *Spec) []string {
+	full := WorkerEnv(base, s, Placement{}, 0)
+	round := map[string]bool{}
+	for _, k := range roundVariables {
+		round[k] = true
+	}
+	out := make([]string, 0, len(full))
+	for _, kv := range full {
+		if k, _, _ := strings.Cut(kv, "="); !round[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// envValue is the value of key in env ("" when unset).
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// CommandPath resolves name as the process that runs it would: a name with
+// a slash is itself, any other is looked up in the PATH of env (the rank's,
+// not the supervisor's own RootPath). The task's user still needs the right
+// to execute it: the kernel checks that when the rank starts.
+func CommandPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := envValue(env, "PATH")
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // "" and relative entries mean the working directory: never for a root-started command
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q: no executable of that name in the task's PATH %q", name, path)
 }

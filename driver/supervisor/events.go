@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpujob/gpujob/internal/taskevent"
@@ -26,7 +27,9 @@ func openEventLog(path string, echo io.Writer) (*eventLog, error) {
 	if path == "" {
 		return l, nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// Never through a link: in a container the file is in the
+	// allocation's shared directory (in a directory of root's).
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the events file: %w", err)
 	}

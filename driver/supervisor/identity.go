@@ -3,7 +3,6 @@ package supervisor
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,12 +56,23 @@ func (c *Credential) identityEnv(env map[string]string) {
 }
 
 // RunAsCommand is the argument that makes the plugin binary run a command
-// as a task's user: `nomad alloc exec` and script checks go through
-// Nomad's executor, which runs them as the supervisor's identity, so the
-// driver has them start here and drop to the task's user first.
+// in a task: `nomad alloc exec` and script checks go through Nomad's
+// executor, which runs them as the supervisor's identity and with the
+// supervisor's environment (RootEnv), so the driver has them start here,
+// take the task's environment from its spec and drop to the task's user
+// before anything of the task's runs.
 const RunAsCommand = "run-as"
 
-// RunAsArgs are the arguments after RunAsCommand that run argv as c.
+// RunAsArgs are the arguments after RunAsCommand that run argv in the task
+// whose supervisor spec is at specPath (a file of the driver's state
+// directory, root's alone).
+func RunAsArgs(specPath string, argv []string) []string {
+	return append([]string{"--spec", specPath, "--"}, argv...)
+}
+
+// RunAsArgs are the arguments after RunAsCommand that run argv as c with
+// the helper's own environment: for a task started by a driver that kept
+// no spec path in its state (one older than the spec's TaskEnv).
 func (c *Credential) RunAsArgs(argv []string) []string {
 	groups := make([]string, len(c.Groups))
 	for i, g := range c.Groups {
@@ -79,24 +89,38 @@ func (c *Credential) RunAsArgs(argv []string) []string {
 	return append(args, argv...)
 }
 
+// runAs is what the run-as arguments say: a spec, or a credential.
+type runAs struct {
+	spec string
+	cred *Credential
+	argv []string
+}
+
 // parseRunAs reads what RunAsArgs wrote.
-func parseRunAs(args []string) (*Credential, []string, error) {
+func parseRunAs(args []string) (*runAs, error) {
+	r := &runAs{}
 	c := &Credential{}
 	for len(args) > 0 {
 		flag := args[0]
 		if flag == "--" {
 			if len(args) < 2 {
-				return nil, nil, fmt.Errorf("%s: no command", RunAsCommand)
+				return nil, fmt.Errorf("%s: no command", RunAsCommand)
 			}
-			return c, args[1:], nil
+			if r.spec == "" {
+				r.cred = c
+			}
+			r.argv = args[1:]
+			return r, nil
 		}
 		if len(args) < 2 {
-			return nil, nil, fmt.Errorf("%s: %s needs a value", RunAsCommand, flag)
+			return nil, fmt.Errorf("%s: %s needs a value", RunAsCommand, flag)
 		}
 		v := args[1]
 		args = args[2:]
 		var err error
 		switch flag {
+		case "--spec":
+			r.spec = v
 		case "--user":
 			c.User = v
 		case "--home":
@@ -118,13 +142,13 @@ func parseRunAs(args []string) (*Credential, []string, error) {
 				c.Groups = append(c.Groups, g)
 			}
 		default:
-			return nil, nil, fmt.Errorf("%s: unknown flag %s", RunAsCommand, flag)
+			return nil, fmt.Errorf("%s: unknown flag %s", RunAsCommand, flag)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: %w", RunAsCommand, flag, err)
+			return nil, fmt.Errorf("%s %s: %w", RunAsCommand, flag, err)
 		}
 	}
-	return nil, nil, fmt.Errorf("%s: missing -- before the command", RunAsCommand)
+	return nil, fmt.Errorf("%s: missing -- before the command", RunAsCommand)
 }
 
 func parseID(s string) (uint32, error) {
@@ -135,38 +159,52 @@ func parseID(s string) (uint32, error) {
 	return uint32(n), nil
 }
 
-// RunAsMain drops to the credential in args and executes the command that
-// follows, in place: its exit status, terminal and signals are the
-// command's. It returns only on failure.
+// RunAsMain runs the command the arguments name in the task, in place: its
+// exit status, terminal and signals are the command's. With a spec, the
+// command gets the task's environment (ExecEnv) and runs as the ranks' user
+// (none: the helper's own, on a client that is not root); with a bare
+// credential (a task of an older driver), the helper's environment. It
+// returns only on failure.
 func RunAsMain(args []string) int {
-	c, argv, err := parseRunAs(args)
+	r, err := parseRunAs(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
 	}
-	env := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && !withheld[k] {
-			env[k] = v
+	env, cred := os.Environ(), r.cred
+	if r.spec != "" {
+		s, err := ReadSpec(r.spec)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
+			return 1
 		}
+		env = ExecEnv(BaseEnv(s, nil, func() {}), s)
+		cred = s.RunAs
+	} else {
+		m := map[string]string{}
+		for _, kv := range env {
+			if k, v, ok := strings.Cut(kv, "="); ok && !withheld[k] {
+				m[k] = v
+			}
+		}
+		cred.identityEnv(m)
+		env = envList(m)
 	}
-	c.identityEnv(env)
-	// Looked up with the task's PATH, before dropping privileges: the
+	// Looked up in the task's PATH, before dropping privileges: the
 	// command is still executed as the user, who needs the right to.
-	path, err := exec.LookPath(argv[0])
-	if err != nil && !strings.Contains(argv[0], "/") {
+	path, err := CommandPath(r.argv[0], env)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 127
 	}
-	if path == "" {
-		path = argv[0]
+	if cred != nil {
+		if err := dropTo(cred); err != nil {
+			fmt.Fprintf(os.Stderr, "gpujob: running %s as %s: %v\n", r.argv[0], cred.User, err)
+			return 1
+		}
 	}
-	if err := dropTo(c); err != nil {
-		fmt.Fprintf(os.Stderr, "gpujob: running %s as %s: %v\n", argv[0], c.User, err)
-		return 1
-	}
-	err = syscall.Exec(path, argv, envList(env))
-	fmt.Fprintf(os.Stderr, "gpujob: executing %s: %v\n", argv[0], err)
+	err = syscall.Exec(path, r.argv, env)
+	fmt.Fprintf(os.Stderr, "gpujob: executing %s: %v\n", r.argv[0], err)
 	return 126
 }
 

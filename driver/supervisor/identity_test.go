@@ -9,15 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 var nobody = &Credential{User: "nobody", UID: 65534, GID: 65534, Groups: []uint32{65534}}
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: starting processes as another user")
-	}
+	testpriv.NeedRoot(t, "starting processes as another user")
 }
 
 // openDir is a directory any user can write to, under parents any user can
@@ -88,18 +88,60 @@ func TestWorkerEnvIdentityAndGPUs(t *testing.T) {
 func TestRunAsArgsRoundTrip(t *testing.T) {
 	for _, c := range []*Credential{nobody, {User: "alice", UID: 1000, GID: 100, Groups: []uint32{100, 27}, Home: "/home/alice"}} {
 		argv := []string{"/bin/sh", "-c", "echo -- --uid 0"}
-		got, rest, err := parseRunAs(c.RunAsArgs(argv))
+		got, err := parseRunAs(c.RunAsArgs(argv))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got, c) || !reflect.DeepEqual(rest, argv) {
-			t.Fatalf("round trip: %+v %q, want %+v %q", got, rest, c, argv)
+		if !reflect.DeepEqual(got.cred, c) || !reflect.DeepEqual(got.argv, argv) || got.spec != "" {
+			t.Fatalf("round trip: %+v, want %+v %q", got, c, argv)
 		}
 	}
-	for _, bad := range [][]string{{"--uid", "x", "--", "id"}, {"--uid", "1"}, {"--uid", "1", "--"}, {"--bogus", "1", "--", "id"}} {
-		if _, _, err := parseRunAs(bad); err == nil {
+	argv := []string{"id", "--", "-u"}
+	got, err := parseRunAs(RunAsArgs("/run/gpujob/tasks/a/t/gpujob-supervisor.json", argv))
+	if err != nil || got.spec != "/run/gpujob/tasks/a/t/gpujob-supervisor.json" || got.cred != nil || !reflect.DeepEqual(got.argv, argv) {
+		t.Fatalf("spec round trip: %+v %v", got, err)
+	}
+	for _, bad := range [][]string{{"--uid", "x", "--", "id"}, {"--uid", "1"}, {"--uid", "1", "--"}, {"--bogus", "1", "--", "id"}, {"--spec"}} {
+		if _, err := parseRunAs(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestRunAsTakesTheTasksEnvironmentFromItsSpec is `nomad alloc exec` into
+// a host member: the helper starts with the supervisor's own environment
+// (as the executor gives it), and the command gets the task's, from the
+// spec, with the task config's env and the user's identity on top, and
+// runs as the ranks' user; nothing of the helper's own environment reaches
+// it.
+func TestRunAsTakesTheTasksEnvironmentFromItsSpec(t *testing.T) {
+	needRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := openDir(t)
+	// Found in the task's PATH only.
+	if err := os.WriteFile(filepath.Join(bin, "whoami-env"), []byte("#!/bin/sh\necho \"$(id -u) $MY_FLAG $SPEC_FLAG $HOME [$HELPER_ONLY] [$RANK]\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := &Spec{Command: "/bin/true", NProcPerNode: 1, RunID: "default/job", Min: 1, Max: 1,
+		Self: Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:1"}, RunAs: nobody,
+		TaskEnv: []string{"PATH=/usr/bin:/bin:" + bin, "MY_FLAG=task", "NOMAD_TASK_DIR=/alloc/t/local"},
+		Env:     map[string]string{"SPEC_FLAG": "config"}}
+	path := filepath.Join(dir, "spec.json")
+	if err := WriteSpec(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, append([]string{RunAsCommand}, RunAsArgs(path, []string{"whoami-env"})...)...)
+	cmd.Env = append(RootEnv("a1", "t"), "HELPER_ONLY=leak")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "65534 task config /alloc/t/local [] []" {
+		t.Fatalf("got %q, want nobody with the task's and the config's variables, the task dir as HOME, nothing of the helper's, no round", got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	cleanhttp "github.com/hashicorp/go-cleanhttp"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
@@ -33,6 +34,13 @@ func Main(specPath string) int {
 	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT)
 	defer signal.Stop(forward)
 
+	// Whatever the container's environment says is the ranks' alone: from
+	// here on this process has none of it (a host member's supervisor
+	// never had any: the driver starts it with RootEnv).
+	base := BaseEnv(spec, os.Environ(), func() {
+		os.Clearenv()
+		_ = os.Setenv("PATH", RootPath)
+	})
 	if spec.Container {
 		// Root in the container may also be whoever can `nomad alloc
 		// exec` into it: not dumpable, this process's memory (the Consul
@@ -50,6 +58,16 @@ func Main(specPath string) int {
 	// The driver made the checkpoint directory, owned by the ranks' user.
 	// Before any rank starts, close the node's other GPUs to them; the
 	// deferred cleanup runs after Run has reaped every rank.
+	if spec.PidsLimit != nil {
+		cleanup, err := limitPids(spec.PidsLimit)
+		if err != nil {
+			// Refused rather than run unbounded: the limit is the
+			// operator's word (pids_limit = 0 turns it off).
+			fmt.Fprintf(os.Stderr, "gpujob: %v (the driver's pids_limit)\n", err)
+			return 1
+		}
+		defer cleanup()
+	}
 	if spec.GPUIsolation != nil {
 		cleanup, err := isolateGPUs(spec.GPUIsolation)
 		if err != nil {
@@ -59,7 +77,7 @@ func Main(specPath string) int {
 		defer cleanup()
 	}
 	if spec.Solo {
-		return runSolo(ctx, spec, forward)
+		return runSolo(ctx, spec, base, forward)
 	}
 	client, err := consulClient(spec.Consul)
 	if err != nil {
@@ -127,7 +145,7 @@ func Main(specPath string) int {
 		closed.Wait()
 	}()
 
-	sup, err = New(spec, rdv, os.Environ(), os.Stdout, os.Stderr)
+	sup, err = New(spec, rdv, base, os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
@@ -146,8 +164,8 @@ func Main(specPath string) int {
 
 // runSolo runs a member that joins no group (a service replica): no Consul,
 // nothing to leave.
-func runSolo(ctx context.Context, spec *Spec, forward <-chan os.Signal) int {
-	sup, err := New(spec, newSolo(spec), os.Environ(), os.Stdout, os.Stderr)
+func runSolo(ctx context.Context, spec *Spec, base []string, forward <-chan os.Signal) int {
+	sup, err := New(spec, newSolo(spec), base, os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
@@ -180,19 +198,17 @@ func CheckConsul(ctx context.Context, s ConsulSpec) error {
 	return checkToken(ctx, client, s)
 }
 
-// consulClient builds a Consul client from the spec; the CONSUL_HTTP_*
-// environment fills what the spec leaves empty.
+// consulClient builds a Consul client from the spec alone. Not from
+// consul.DefaultConfig, which reads CONSUL_HTTP_* and whose transport
+// honours HTTP_PROXY: the driver fills the spec from the agent's own
+// environment, and nothing else may say where the token goes.
 func consulClient(s ConsulSpec) (*consul.Client, error) {
-	cfg := consul.DefaultConfig()
+	cfg := &consul.Config{Address: "127.0.0.1:8500", Scheme: "http", Transport: cleanhttp.DefaultPooledTransport()}
+	cfg.Transport.Proxy = nil
 	if s.Address != "" {
 		cfg.Address = s.Address
 	}
-	if s.Token != "" {
-		cfg.Token = s.Token
-	}
-	if s.Datacenter != "" {
-		cfg.Datacenter = s.Datacenter
-	}
+	cfg.Token, cfg.Datacenter = s.Token, s.Datacenter
 	if s.Scheme != "" {
 		cfg.Scheme = s.Scheme
 	}

@@ -9,8 +9,10 @@ package supervisor
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -25,6 +27,13 @@ type Spec struct {
 	Command string            `json:"command"`
 	Args    []string          `json:"args"`
 	Env     map[string]string `json:"env"` // on top of the task's environment
+	// TaskEnv is a host member's task environment (KEY=VALUE), which its
+	// ranks start from: the driver starts the supervisor itself with a
+	// fixed environment of its own (RootEnv), so that nothing a job sets
+	// (LD_PRELOAD, HTTP_PROXY, CONSUL_HTTP_ADDR, ...) reaches a process that
+	// runs as root. A container member's supervisor takes the container's
+	// environment instead (BaseEnv).
+	TaskEnv []string `json:"task_env,omitempty"`
 	// HostEnv is what of the Nomad agent's environment the driver's host_env
 	// lets through to a container member's ranks, under the container's
 	// own environment (a host member's task environment has it already).
@@ -67,6 +76,8 @@ type Spec struct {
 	// GPUIsolation, when set, has the supervisor close the node's other
 	// GPUs to its ranks through the device cgroup before starting any.
 	GPUIsolation *GPUIsolation `json:"gpu_isolation,omitempty"`
+	// PidsLimit, when set, caps the task's processes and threads (pids.go).
+	PidsLimit *PidsLimit `json:"pids_limit,omitempty"`
 	// StopGrace is SIGTERM to SIGKILL for the ranks when a round ends, and
 	// when Nomad stops the task without the driver recording a deadline.
 	StopGrace Duration `json:"stop_grace"`
@@ -252,17 +263,39 @@ func WriteSpec(path string, s *Spec) error {
 	if err != nil {
 		return fmt.Errorf("encoding the supervisor spec: %w", err)
 	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	// Never through a link: the spec holds the Consul token.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("writing the supervisor spec: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("writing the supervisor spec: %w", err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing the supervisor spec: %w", err)
 	}
 	return nil
 }
 
+// maxSpecBytes bounds a spec read: the task's environment is in it, and a
+// job can make that large; Linux's own limit on a process's arguments and
+// environment together is 2 MiB by default.
+const maxSpecBytes = 8 << 20
+
 // ReadSpec reads and validates a spec written by WriteSpec.
 func ReadSpec(path string) (*Spec, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reading the supervisor spec: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSpecBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the supervisor spec: %w", err)
+	}
+	if len(b) > maxSpecBytes {
+		return nil, fmt.Errorf("the supervisor spec %s is over %d bytes", path, maxSpecBytes)
 	}
 	var s Spec
 	if err := json.Unmarshal(b, &s); err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpujob/gpujob/internal/pylaunch"
 )
 
@@ -35,22 +37,48 @@ type workers struct {
 }
 
 // rankProc is one started rank: a process the supervisor started (cmd) or
-// one a zygote forked for it (PID only; the zygote reaps it).
+// one a zygote forked for it (a pidfd the supervisor took once it had
+// checked the zygote's report, forkedRank; the zygote reaps it).
 type rankProc struct {
 	pid    int
 	cmd    *exec.Cmd
+	group  ProcessGroup // the rank's process group, which it leads
 	reaped atomic.Bool
+
+	mu    sync.Mutex
+	pidfd int // a forked rank's, -1 once closed (or for a started rank)
 }
 
-// signal sends sig to the rank process alone, unless it was reaped (its
-// PID may be another process's by now).
+// signal sends sig to the rank process alone: through the process the
+// supervisor started, or the pidfd it holds, never a bare PID that may be
+// another process's by now.
 func (r *rankProc) signal(sig syscall.Signal) {
 	if r.cmd != nil {
 		_ = r.cmd.Process.Signal(sig)
 		return
 	}
-	if !r.reaped.Load() {
-		_ = syscall.Kill(r.pid, sig)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pidfd >= 0 {
+		_ = signalPidfd(r.pidfd, sig)
+	}
+}
+
+// closePidfd gives up a forked rank's pidfd once its end was reported.
+func (r *rankProc) closePidfd() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pidfd >= 0 {
+		_ = unix.Close(r.pidfd)
+		r.pidfd = -1
+	}
+}
+
+// killGroup signals the rank's process group while it is provably the
+// rank's (ProcessGroup.ours): the rank, or what it left behind.
+func (r *rankProc) killGroup(sig syscall.Signal) {
+	if r.group.PGID > 1 && r.group.ours() {
+		_ = syscall.Kill(-r.group.PGID, sig)
 	}
 }
 
@@ -158,7 +186,7 @@ func startWorkersWith(s *Spec, p Placement, base []string, stdout, stderr io.Wri
 		var proc *rankProc
 		var err error
 		if z != nil {
-			proc, err = forkRank(z, pool.launch, env, dir, rout, rerr, p.RankOffset+local, w.exits, flush, &wg)
+			proc, err = forkRank(z, pool.launch, env, dir, rout, rerr, ranksUID(s), p.RankOffset+local, w.exits, flush, &wg)
 		} else {
 			proc, err = startRank(s, env, dir, rout, rerr, start, p.RankOffset+local, local, w.exits, flush, &wg)
 		}
@@ -168,9 +196,7 @@ func startWorkersWith(s *Spec, p Placement, base []string, stdout, stderr io.Wri
 			return nil, fmt.Errorf("starting local rank %d (%s): %w%s", local, s.Command, err, startHint(s, dir, err))
 		}
 		w.procs = append(w.procs, proc)
-		// Read before the rank can be reaped: until then /proc/PID exists.
-		ticks, _ := processStart(proc.pid)
-		w.groups = append(w.groups, ProcessGroup{PGID: proc.pid, StartTicks: ticks})
+		w.groups = append(w.groups, proc.group)
 	}
 	go func() { wg.Wait(); close(w.done) }()
 	return w, nil
@@ -181,6 +207,12 @@ func startRank(s *Spec, env []string, dir string, stdout, stderr io.Writer, star
 	rank, local int, exits chan<- exit, flush func(), wg *sync.WaitGroup) (*rankProc, error) {
 	cmd := exec.Command(s.Command, s.Args...)
 	cmd.Env = env
+	path, err := CommandPath(s.Command, env)
+	if err != nil {
+		return nil, err
+	}
+	// exec.Command looked the name up in the supervisor's own PATH.
+	cmd.Path, cmd.Err = path, nil
 	cmd.Dir = dir
 	// The user's credential is applied in the child before it changes
 	// directory and, last, sets the parent-death signal (which a change
@@ -196,7 +228,11 @@ func startRank(s *Spec, env []string, dir string, stdout, stderr io.Writer, star
 	if err := start(cmd); err != nil {
 		return nil, err
 	}
-	r := &rankProc{pid: cmd.Process.Pid, cmd: cmd}
+	r := &rankProc{pid: cmd.Process.Pid, cmd: cmd, pidfd: -1}
+	// Read before the rank can be reaped (the supervisor reaps it): until
+	// then /proc/PID is the rank's.
+	ticks, _ := processStart(r.pid)
+	r.group = ProcessGroup{PGID: r.pid, StartTicks: ticks}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -216,7 +252,7 @@ const outputWaitDelay = 2 * time.Second
 
 // forkRank has z fork the rank, with pipes for its output read as a
 // started rank's would be.
-func forkRank(z *zygote, l pylaunch.Launch, env []string, dir string, stdout, stderr io.Writer,
+func forkRank(z *zygote, l pylaunch.Launch, env []string, dir string, stdout, stderr io.Writer, uid uint32,
 	rank int, exits chan<- exit, flush func(), wg *sync.WaitGroup) (*rankProc, error) {
 	local := z.slot
 	devnull, err := os.Open(os.DevNull)
@@ -253,7 +289,17 @@ func forkRank(z *zygote, l pylaunch.Launch, env []string, dir string, stdout, st
 		errR.Close()
 		return nil, fmt.Errorf("preloaded interpreter: %w", err)
 	}
-	r := &rankProc{pid: pid}
+	pidfd, group, err := forkedRank(pid, z.cmd.Process.Pid, uid)
+	if err != nil {
+		// The interpreter runs the job's code and lied, or its child is
+		// already gone: end it (its own group, which the supervisor made)
+		// rather than act on its word (the slot gets a new one next round).
+		outR.Close()
+		errR.Close()
+		z.close()
+		return nil, err
+	}
+	r := &rankProc{pid: pid, pidfd: pidfd, group: group}
 	var copies sync.WaitGroup
 	copies.Add(2)
 	for _, c := range []struct {
@@ -270,6 +316,7 @@ func forkRank(z *zygote, l pylaunch.Launch, env []string, dir string, stdout, st
 		defer wg.Done()
 		ws, werr := z.wait(pid)
 		r.reaped.Store(true)
+		r.closePidfd()
 		// As exec.Cmd's WaitDelay: the rank's children may hold its
 		// output; read what comes for a while, then stop.
 		copied := make(chan struct{})
@@ -327,7 +374,7 @@ func waitErr(err error) error {
 // what the ranks spawned.
 func (w *workers) kill(sig syscall.Signal) {
 	for _, r := range w.procs {
-		_ = syscall.Kill(-r.pid, sig)
+		r.killGroup(sig)
 	}
 }
 
@@ -356,6 +403,10 @@ func (w *workers) stop(grace time.Duration) {
 	w.kill(syscall.SIGKILL)
 }
 
+// maxLineBytes is the longest line the supervisor holds while waiting for
+// its end; a longer one is passed on cut in pieces of this size.
+const maxLineBytes = 64 << 10
+
 // lineWriter prefixes each complete line with the rank, writing whole lines
 // under a lock shared by the ranks so their output never interleaves
 // mid-line.
@@ -369,17 +420,28 @@ type lineWriter struct {
 func (l *lineWriter) Write(p []byte) (int, error) {
 	l.buf = append(l.buf, p...)
 	i := bytes.LastIndexByte(l.buf, '\n')
-	if i < 0 {
+	var b bytes.Buffer
+	if i >= 0 {
+		for _, line := range bytes.SplitAfter(l.buf[:i+1], []byte{'\n'}) {
+			if len(line) > 0 {
+				b.WriteString(l.prefix)
+				b.Write(line)
+			}
+		}
+		l.buf = append(l.buf[:0], l.buf[i+1:]...)
+	}
+	// A rank that never ends its line (a progress bar, or on purpose)
+	// must not make the root supervisor hold its output without bound:
+	// past maxLineBytes the line is cut and passed on in pieces.
+	for len(l.buf) > maxLineBytes {
+		b.WriteString(l.prefix)
+		b.Write(l.buf[:maxLineBytes])
+		b.WriteByte('\n')
+		l.buf = append(l.buf[:0], l.buf[maxLineBytes:]...)
+	}
+	if b.Len() == 0 {
 		return len(p), nil
 	}
-	var b bytes.Buffer
-	for _, line := range bytes.SplitAfter(l.buf[:i+1], []byte{'\n'}) {
-		if len(line) > 0 {
-			b.WriteString(l.prefix)
-			b.Write(line)
-		}
-	}
-	l.buf = append(l.buf[:0], l.buf[i+1:]...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := l.out.Write(b.Bytes()); err != nil {
@@ -421,4 +483,13 @@ func startHint(s *Spec, dir string, err error) string {
 	return fmt.Sprintf(" (the ranks run as user %s, who must be able to reach the working directory %s, "+
 		"which needs the Nomad client's data_dir and every directory above it traversable (e.g. mode 0711), "+
 		"and to execute the command)", s.RunAs.User, dir)
+}
+
+// ranksUID is the user the ranks run as: the spec's, else the supervisor's
+// own.
+func ranksUID(s *Spec) uint32 {
+	if s.RunAs != nil {
+		return s.RunAs.UID
+	}
+	return uint32(os.Geteuid())
 }

@@ -195,3 +195,28 @@ func TestProcessStartIsStable(t *testing.T) {
 		t.Error("a PID that cannot exist has a start time")
 	}
 }
+
+// A rank that prints without ever ending its line gets it passed on in
+// pieces: the supervisor holds at most maxLineBytes of it.
+func TestLineWriterBoundsAnEndlessLine(t *testing.T) {
+	var out bytes.Buffer
+	var mu sync.Mutex
+	l := &lineWriter{prefix: "[rank 0] ", out: &out, mu: &mu}
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	for i := 0; i < 64; i++ { // 2 MiB, no newline
+		if _, err := l.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.buf) > maxLineBytes {
+			t.Fatalf("after %d KiB the writer holds %d bytes", (i+1)*32, len(l.buf))
+		}
+	}
+	lines := bytes.Split(bytes.TrimSuffix(out.Bytes(), []byte("\n")), []byte("\n"))
+	if len(lines) != 31 || !bytes.HasPrefix(lines[0], []byte("[rank 0] xxx")) || len(lines[0]) != len("[rank 0] ")+maxLineBytes {
+		t.Fatalf("%d pieces, the first %d bytes", len(lines), len(lines[0]))
+	}
+	l.flush()
+	if got := out.Len(); got != 32*(len("[rank 0] ")+maxLineBytes+1) {
+		t.Errorf("after flush %d bytes were passed on, want all 2 MiB in 32 prefixed pieces", got)
+	}
+}

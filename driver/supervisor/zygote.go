@@ -82,7 +82,12 @@ func startZygote(s *Spec, env []string, slot int, stderr io.Writer, start func(*
 
 	args := append([]string{"-c", zygoteBootstrap, "gpujob-preload"}, s.Preload...)
 	cmd := exec.Command(s.Command, args...)
-	cmd.Env = zygoteEnv(env, s, slot)
+	cmd.Env = zygoteEnv(env, s)
+	if cmd.Path, err = CommandPath(s.Command, cmd.Env); err != nil {
+		z.conn.Close()
+		return fail(err)
+	}
+	cmd.Err = nil // exec.Command looked s.Command up in the supervisor's own PATH
 	cmd.Dir = s.Workdir
 	if cmd.Dir == "" {
 		cmd.Dir, _ = os.Getwd()
@@ -125,20 +130,8 @@ func startZygote(s *Spec, env []string, slot int, stderr io.Writer, start func(*
 // script calls init_process_group, while those read at import
 // (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, PYTHON*) are already the rank's.
 // The padding leaves room to show a rank's full environment.
-func zygoteEnv(base []string, s *Spec, slot int) []string {
-	full := WorkerEnv(base, s, Placement{}, slot)
-	round := map[string]bool{}
-	for _, k := range roundVariables {
-		round[k] = true
-	}
-	out := make([]string, 0, len(full)+1)
-	for _, kv := range full {
-		k, _, _ := strings.Cut(kv, "=")
-		if !round[k] {
-			out = append(out, kv)
-		}
-	}
-	return append(out, zygoteEnvPad+"="+strings.Repeat("_", 4096))
+func zygoteEnv(base []string, s *Spec) []string {
+	return append(ExecEnv(base, s), zygoteEnvPad+"="+strings.Repeat("_", 4096))
 }
 
 // handshake sends the zygote its source and waits for its preload.

@@ -140,6 +140,18 @@ plugin "nomad-driver-gpujob" {
     # default_user = "nobody"
     # allow_root   = false
     #
+    # Who tasks may run as: allowed_users for every namespace (default_user
+    # must be one), namespace_users instead for the namespaces it lists, its
+    # first user that namespace's default. Give each tenant a Unix user of
+    # its own: jobs that share a user share trust. gpujob's own accounts
+    # (gpujob-*) are never allowed.
+    # allowed_users   = ["nobody"]
+    # namespace_users = { "team-a" = ["team-a"], "team-b" = ["team-b"] }
+    #
+    # The most processes and threads one task may have (cgroup pids
+    # controller); 0 turns the limit off.
+    # pids_limit = 4096
+    #
     # Which of this agent's own environment variables reach the ranks
     # (names, or prefixes ending in *), on the host and in containers
     # alike, where the job, the task config or the image does not set them.
