@@ -61,7 +61,8 @@ var dockerSchema = hclspec.NewObject(map[string]*hclspec.Spec{
 	"network_mode": hclspec.NewAttr("network_mode", "string", false),
 	"image_pull_timeout": hclspec.NewDefault(hclspec.NewAttr("image_pull_timeout", "string", false),
 		hclspec.NewLiteral(`"5m"`)),
-	"shm_size": hclspec.NewAttr("shm_size", "number", false),
+	"shm_size":   hclspec.NewAttr("shm_size", "number", false),
+	"pids_limit": hclspec.NewAttr("pids_limit", "number", false),
 })
 
 // dockerConfig and dockerMount are the fields of the docker driver's
@@ -78,6 +79,7 @@ type dockerConfig struct {
 	NetworkMode      string        `codec:"network_mode"`
 	ImagePullTimeout string        `codec:"image_pull_timeout"`
 	ShmSize          int64         `codec:"shm_size"`
+	PidsLimit        int64         `codec:"pids_limit"`
 }
 
 type dockerAuth struct {
@@ -186,6 +188,9 @@ func checkContainerAs(t *testing.T, tr *spec.Train, task *api.Task, jobID string
 			!reflect.DeepEqual(dc.Entrypoint, []string{containermember.SupervisorPath(), containermember.SpecPath()}) ||
 			dc.NetworkMode != "host" || !dc.Init {
 			t.Errorf("docker config %+v", dc)
+		}
+		if dc.PidsLimit != render.ContainerPidsLimit {
+			t.Errorf("pids_limit %d, want the driver's default %d", dc.PidsLimit, render.ContainerPidsLimit)
 		}
 		if dc.ShmSize != int64(tr.Resources.ShmMiB)<<20 {
 			t.Errorf("shm_size %d, want %d MiB", dc.ShmSize, tr.Resources.ShmMiB)

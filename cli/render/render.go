@@ -214,6 +214,9 @@ func CheckpointRoot(root string) (string, error) {
 	return path.Clean(root), nil
 }
 
+// ContainerPidsLimit is a container member's docker pids_limit.
+const ContainerPidsLimit = 4096
+
 // newTask appends task "name" on driver with gpujob's kill_timeout.
 func newTask(group *hclwrite.Body, name, driver string) *hclwrite.Body {
 	task := group.AppendNewBlock("task", []string{name}).Body()
@@ -289,6 +292,10 @@ func dockerConfig(task *hclwrite.Body, t *spec.Train, root string) {
 	// An init as PID 1 forwards the stop signal to the supervisor and
 	// reaps what the ranks leave.
 	config.SetAttributeValue("init", cty.True)
+	// The host members' cap (the gpujob driver's pids_limit default): a
+	// fork bomb in the container exhausts its own allowance, not the
+	// machine's PIDs.
+	config.SetAttributeValue("pids_limit", cty.NumberIntVal(ContainerPidsLimit))
 	if p := t.ImagePull; p != nil {
 		if p.Force {
 			config.SetAttributeValue("force_pull", cty.True)

@@ -74,6 +74,7 @@ job "bert-image" {
         entrypoint   = ["/gpujob/supervisor", "/gpujob/spec.json"]
         network_mode = "host"
         init         = true
+        pids_limit   = 4096
         shm_size     = 268435456
 
         mount {
