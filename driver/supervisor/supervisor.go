@@ -123,7 +123,18 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			defer pool.close() // before the spawner's thread goes
 		}
 	}
+	var pace pacer
+	roundStart := time.Time{}
 	for {
+		if !roundStart.IsZero() {
+			if wait := pace.ended(roundStart, time.Now()); wait > 0 {
+				fmt.Fprintf(s.stderr, "gpujob: %d rounds in a row ended within %s; waiting %s before joining the next\n", pace.quick, quickRound, wait)
+				if !sleepCtx(ctx, wait) {
+					return s.stopped(ctx, Placement{}, nil, nil)
+				}
+			}
+		}
+		roundStart = time.Now()
 		round, err := s.coord.Join(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
