@@ -33,9 +33,9 @@ type taskHandle struct {
 	devicesCgroup string
 	// pidsCgroup is its cgroups v1 pids cgroup, if any.
 	pidsCgroup string
-	logger        hclog.Logger
-	taskConfig    *drivers.TaskConfig
-	startedAt     time.Time
+	logger     hclog.Logger
+	taskConfig *drivers.TaskConfig
+	startedAt  time.Time
 	// relay is set for a container member's sidecar, which runs no
 	// process (container.go); exec, pluginClient and pid are then unset.
 	relay *relay

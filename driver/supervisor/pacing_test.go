@@ -8,7 +8,9 @@ import (
 func TestPacerWaitsOnlyInACrashLoop(t *testing.T) {
 	var p pacer
 	t0 := time.Unix(0, 0)
-	quick := func(i int) time.Duration { return p.ended(t0.Add(time.Duration(i)*time.Minute), t0.Add(time.Duration(i)*time.Minute+time.Second)) }
+	quick := func(i int) time.Duration {
+		return p.ended(t0.Add(time.Duration(i)*time.Minute), t0.Add(time.Duration(i)*time.Minute+time.Second))
+	}
 	var got []time.Duration
 	for i := 0; i < 9; i++ {
 		got = append(got, quick(i))

@@ -222,14 +222,24 @@ func (t *consulTrial) SetReporting(ctx context.Context, on bool) {
 }
 
 func (t *consulTrial) RankZeroOutput() io.WriteCloser {
-	return report.NewLineWriter(func(line string) {
+	reporter := func() *report.Reporter {
 		t.mu.Lock()
-		rep := t.rep
-		t.mu.Unlock()
-		if rep != nil {
+		defer t.mu.Unlock()
+		return t.rep
+	}
+	w := report.NewLineWriter(func(line string) {
+		if rep := reporter(); rep != nil {
 			rep.Line(line)
 		}
 	})
+	// Lines over the writer's limit are skipped unread; the record
+	// counts them (dropped_lines).
+	w.OnSkip = func() {
+		if rep := reporter(); rep != nil {
+			rep.Skipped()
+		}
+	}
+	return w
 }
 
 func (t *consulTrial) WatchStop(ctx context.Context, stop func(sweepkv.StopRequest)) {
