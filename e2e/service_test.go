@@ -282,7 +282,7 @@ func TestServiceGatewayAuthRateLimitKillAndRevoke(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	gone := waitEndpoints(t, gw, name, 1, 10*time.Second)
+	gone := waitEndpoints(t, c.gatewayAdmin(t), name, 1, 10*time.Second)
 	time.Sleep(2 * time.Second)
 	close(stop)
 	rs = <-done
@@ -340,7 +340,7 @@ func TestServiceGatewayAuthRateLimitKillAndRevoke(t *testing.T) {
 	}
 
 	// service status: replicas by version and health, the traffic.
-	st, errOut, code := c.gpujob(t, time.Minute, "service", "status", "--gateway", gw, "-json", name)
+	st, errOut, code := c.gpujob(t, time.Minute, "service", "status", "--gateway", gw, "--gateway-admin", c.gatewayAdmin(t), "-json", name)
 	if code != 0 {
 		t.Fatalf("status: %s", errOut)
 	}
@@ -393,23 +393,25 @@ func replicaProcess(t *testing.T, c *cluster, service string) (string, int) {
 }
 
 // waitEndpoints waits until the gateway's pool for service has n healthy
-// endpoints (its metrics) and returns when it saw it.
-func waitEndpoints(t *testing.T, gw, service string, n int, timeout time.Duration) time.Time {
+// endpoints (the metrics of its admin listener, admin) and returns when it
+// saw it.
+func waitEndpoints(t *testing.T, admin, service string, n int, timeout time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if endpoints(gw, service) == n {
+		if endpoints(admin, service) == n {
 			return time.Now()
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("the gateway's pool of %s never had %d endpoint(s) (has %d)", service, n, endpoints(gw, service))
+	t.Fatalf("the gateway's pool of %s never had %d endpoint(s) (has %d)", service, n, endpoints(admin, service))
 	return time.Time{}
 }
 
-// endpoints sums gpujob_gateway_endpoints for the service.
-func endpoints(gw, service string) int {
-	resp, err := http.Get(gw + "/metrics")
+// endpoints sums gpujob_gateway_endpoints for the service, from the
+// gateway's admin listener.
+func endpoints(admin, service string) int {
+	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		return -1
 	}
@@ -597,7 +599,7 @@ func TestServiceAutoscalesUpDownAndFromZero(t *testing.T) {
 		}()
 	}
 	up := c.waitCount(t, name, 3, time.Minute)
-	waitEndpoints(t, gw, name, 3, 2*time.Minute)
+	waitEndpoints(t, c.gatewayAdmin(t), name, 3, 2*time.Minute)
 	close(stop)
 	wg.Wait()
 	if f := failures(rs); len(f) > 0 {
@@ -613,7 +615,7 @@ func TestServiceAutoscalesUpDownAndFromZero(t *testing.T) {
 	}
 	c.waitCount(t, name, 0, time.Minute)
 	down := time.Since(idle)
-	waitEndpoints(t, gw, name, 0, time.Minute)
+	waitEndpoints(t, c.gatewayAdmin(t), name, 0, time.Minute)
 	t.Logf("scaled 3 → 0 replicas %s after the load ended", down.Round(100*time.Millisecond))
 	if down < 10*time.Second {
 		t.Errorf("scaled down %s after the load ended, before the 10 s delay", down)

@@ -24,6 +24,15 @@ const (
 	// DefaultGatewayPort is the static port every gateway listens on, so
 	// that clients and load balancers have one address per node.
 	DefaultGatewayPort = 8080
+	// GatewayAdminPortLabel is the port of the gateways' admin listener
+	// (/metrics, /-/stats), static too (by default the one after Port) and
+	// bound to loopback: Nomad reserves it on the node, and only the node
+	// reaches it.
+	GatewayAdminPortLabel = "admin"
+	// GatewayAdminService registers the admin listener in Consul, for a
+	// Prometheus to find (the scrape needs the admin token beyond
+	// loopback).
+	GatewayAdminService = "gpujob-gateway-admin"
 )
 
 // DefaultGatewayUser is who the gateways run as: nobody, or, holding
@@ -43,6 +52,13 @@ type Gateway struct {
 	// Count gateways, each on its own node (the static port); 0 is 1.
 	Count int
 	Port  int // 0: DefaultGatewayPort
+	// AdminPort is the admin listener's static port, on loopback; 0:
+	// Port+1.
+	AdminPort int
+	// AdminPublic has the admin listener listen on the node's address
+	// instead of loopback, for a Prometheus elsewhere: it needs Secrets,
+	// whose variable's admin_token item guards it.
+	AdminPublic bool
 	// User runs it (raw_exec's user); empty: "nobody".
 	User string
 	// Env is how it reaches Consul and Nomad: addresses and TLS files.
@@ -81,6 +97,21 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("render: gateway port %d is not a TCP port", port)
 	}
+	adminPort := g.AdminPort
+	if adminPort == 0 {
+		adminPort = port + 1
+	}
+	if adminPort < 1 || adminPort > 65535 || adminPort == port {
+		return nil, fmt.Errorf("render: gateway admin port %d is not a TCP port other than the gateway's %d (--admin-port)", adminPort, port)
+	}
+	if g.AdminPublic && !g.Secrets {
+		return nil, fmt.Errorf("render: --admin-public needs --secrets: an admin listener beyond loopback needs the admin token " +
+			"the gateways read from their variable (its admin_token item)")
+	}
+	adminListen := quoted(literal("127.0.0.1:"), interp("NOMAD_PORT_"+GatewayAdminPortLabel))
+	if g.AdminPublic {
+		adminListen = interpolation("NOMAD_ADDR_" + GatewayAdminPortLabel)
+	}
 	f, job := helperJob("# Rendered by `gpujob gateway render`: the gpujob gateways.\n",
 		GatewayJob, "service", g.Datacenters, g.Namespace, g.NodePool)
 	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindGateway}))
@@ -89,8 +120,9 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 	group := job.AppendNewBlock("group", []string{GatewayGroup}).Body()
 	group.SetAttributeValue("count", cty.NumberIntVal(int64(count)))
 	group.AppendNewline()
-	port0 := group.AppendNewBlock("network", nil).Body().AppendNewBlock("port", []string{"http"}).Body()
-	port0.SetAttributeValue("static", cty.NumberIntVal(int64(port)))
+	network := group.AppendNewBlock("network", nil).Body()
+	network.AppendNewBlock("port", []string{"http"}).Body().SetAttributeValue("static", cty.NumberIntVal(int64(port)))
+	network.AppendNewBlock("port", []string{GatewayAdminPortLabel}).Body().SetAttributeValue("static", cty.NumberIntVal(int64(adminPort)))
 	group.AppendNewline()
 	// One gateway per node: the port is static.
 	c := group.AppendNewBlock("constraint", nil).Body()
@@ -111,29 +143,50 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 		hclwrite.TokensForValue(cty.StringVal("run")),
 		hclwrite.TokensForValue(cty.StringVal("--listen")),
 		interpolation("NOMAD_ADDR_http"),
+		// The metrics and stats name every tenant's services: loopback,
+		// unless a token guards them.
+		hclwrite.TokensForValue(cty.StringVal("--admin-listen")),
+		adminListen,
 	}))
 	task.AppendNewline()
-	env := map[string]string{}
-	for k, v := range g.Env {
-		env[k] = v
+	componentEnv(task, g.Env, EnvGatewaySecrets, GatewayVariable, g.Secrets)
+	healthzService(task, GatewayService, "http", "2s", "1s")
+	task.AppendNewline()
+	// The admin listener, for a Prometheus to find: no check (Consul's
+	// agent may not reach a loopback listener by the node's address).
+	admin := task.AppendNewBlock("service", nil).Body()
+	admin.SetAttributeValue("name", cty.StringVal(GatewayAdminService))
+	admin.SetAttributeValue("port", cty.StringVal(GatewayAdminPortLabel))
+	admin.SetAttributeValue("provider", cty.StringVal("consul"))
+	admin.SetAttributeValue("tags", ctyval.Strings([]string{map[bool]string{true: "public", false: "loopback"}[g.AdminPublic]}))
+	task.AppendNewline()
+	taskResources(task, 500, 256)
+	return f.Bytes(), nil
+}
+
+// componentEnv writes the environment and identity of one of gpujob's own
+// raw_exec tasks (a gateway, an exporter). raw_exec hands a task the client
+// agent's environment: every token variable is blanked, so that the
+// component never acts with an agent's token and no process of its user
+// finds one there; then env. With secrets, secretsEnv names the variable
+// it reads its credentials from with its workload identity (package
+// taskcreds), which it gets as a file, never in its environment.
+func componentEnv(task *hclwrite.Body, env map[string]string, secretsEnv, variable string, secrets bool) {
+	all := map[string]string{"NOMAD_TOKEN": "", "CONSUL_HTTP_TOKEN": "", "CONSUL_HTTP_TOKEN_FILE": "", "CONSUL_HTTP_AUTH": ""}
+	for k, v := range env {
+		all[k] = v
 	}
-	if g.Secrets {
-		env[EnvGatewaySecrets] = GatewayVariable
+	if secrets {
+		all[secretsEnv] = variable
 	}
-	if len(env) > 0 {
-		task.SetAttributeValue("env", ctyval.StringMap(env))
-		task.AppendNewline()
-	}
-	if g.Secrets {
+	task.SetAttributeValue("env", ctyval.StringMap(all))
+	task.AppendNewline()
+	if secrets {
 		id := task.AppendNewBlock("identity", nil).Body()
 		id.SetAttributeValue("env", cty.False)
 		id.SetAttributeValue("file", cty.True)
 		task.AppendNewline()
 	}
-	healthzService(task, GatewayService, "http", "2s", "1s")
-	task.AppendNewline()
-	taskResources(task, 500, 256)
-	return f.Bytes(), nil
 }
 
 // healthzService registers the task in Consul as name on its port, with

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/gpujob/gpujob/internal/servekv"
 )
 
 // Defaults of the optional service fields.
@@ -33,6 +35,10 @@ const (
 	MaxServiceNameLen        = 63 // a Consul service name is a DNS label
 	DefaultServiceKillTimout = 10 * time.Second
 )
+
+// MaxRouteBody is the largest route.max_body: the gateway buffers a body
+// whole, and its own --max-buffered bounds it further.
+const MaxRouteBody = 1 << 30
 
 // Service is a decoded `service` block: a model server with its replicas,
 // health check, rolling update, autoscaling and gateway route.
@@ -107,6 +113,9 @@ type Route struct {
 	Timeout      time.Duration
 	QueueLimit   int
 	QueueTimeout time.Duration
+	// MaxBodyBytes bounds a request's body at the gateway (which buffers
+	// it); 0 = the gateway's --max-body.
+	MaxBodyBytes int64
 }
 
 // RateLimit is a token bucket per bearer token.
@@ -142,7 +151,7 @@ var updateSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 var autoscaleSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "target_inflight", Required: true}, {Name: "scale_up_delay"}, {Name: "scale_down_delay"}}}
 var routeSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "path"}, {Name: "host"}, {Name: "auth"}, {Name: "timeout"}, {Name: "queue_limit"}, {Name: "queue_timeout"}, {Name: "traefik"}},
+	Attributes: []hcl.AttributeSchema{{Name: "path"}, {Name: "host"}, {Name: "auth"}, {Name: "timeout"}, {Name: "queue_limit"}, {Name: "queue_timeout"}, {Name: "traefik"}, {Name: "max_body"}},
 	Blocks:     []hcl.BlockHeaderSchema{{Type: "rate_limit"}},
 }
 var rateLimitSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "rps", Required: true}, {Name: "burst"}}}
@@ -394,6 +403,19 @@ func (d *decoder) route(blk *hcl.Block, r *Route) {
 		d.errorf(at["queue_limit"].Expr.Range(), "Invalid route.queue_limit", "route.queue_limit must be 0 (no request held) or more, got %d.", r.QueueLimit)
 	}
 	d.duration("route.queue_timeout", at["queue_timeout"], &r.QueueTimeout, false)
+	var maxBody string
+	if d.str("route.max_body", at["max_body"], &maxBody) {
+		n, err := servekv.ParseSize(maxBody)
+		switch {
+		case err != nil:
+			d.errorf(at["max_body"].Expr.Range(), "Invalid route.max_body", "route.max_body: %v.", err)
+		case n < 1 || n > MaxRouteBody:
+			d.errorf(at["max_body"].Expr.Range(), "Invalid route.max_body",
+				"route.max_body is the largest request body the gateway takes for the route, between 1 byte and 1GiB (the gateway buffers it whole), got %s.", maxBody)
+		default:
+			r.MaxBodyBytes = n
+		}
+	}
 	if rb := d.singleBlock(c.Blocks, "rate_limit"); rb != nil {
 		d.attrs["route.rate_limit"] = rb.DefRange
 		rc := d.content(rb, rateLimitSchema)

@@ -34,7 +34,8 @@ const fullService = `service "bert-clf" {
     scale_down_delay = "5m"
   }
   route {
-    auth = true
+    auth     = true
+    max_body = "2MiB"
     rate_limit {
       rps   = 10
       burst = 20
@@ -67,6 +68,7 @@ func TestParseServiceFull(t *testing.T) {
 		{"route path default", s.Route.Path, "/bert-clf"},
 		{"auth", s.Route.Auth, true},
 		{"rate", *s.Route.RateLimit, spec.RateLimit{RPS: 10, Burst: 20}},
+		{"max body", s.Route.MaxBodyBytes, int64(2 << 20)},
 		{"memory", s.Resources.MemoryMiB, 2048},
 		{"default version is a digest", strings.HasPrefix(s.Version, "v-") && len(s.Version) == 10, true},
 	}
@@ -134,6 +136,9 @@ func TestParseServiceErrorsNameTheLine(t *testing.T) {
 		{"dot segment", body("  route {\n    path = \"/a/..\"\n  }\n"), []string{"svc.hcl:4:12: error: Invalid route.path"}},
 		{"sub-second timeout", body("  health {\n    timeout = \"500ms\"\n  }\n"), []string{"svc.hcl:4:15: error: Invalid health.timeout"}},
 		{"traefik with auth", body("  route {\n    traefik = true\n  }\n"), []string{"svc.hcl:4:15: error: Traefik route with auth"}},
+		{"max_body not a size", body("  route {\n    max_body = \"big\"\n  }\n"), []string{"svc.hcl:4:16: error: Invalid route.max_body"}},
+		{"max_body over 1GiB", body("  route {\n    max_body = \"2GiB\"\n  }\n"), []string{"svc.hcl:4:16: error: Invalid route.max_body"}},
+		{"max_body zero", body("  route {\n    max_body = \"0\"\n  }\n"), []string{"svc.hcl:4:16: error: Invalid route.max_body"}},
 		{"unknown attribute", body("  workers = 2\n"), []string{"svc.hcl:3:3: error: Unsupported argument"}},
 		{"a train spec", "train \"t\" {\n  command = \"/bin/true\"\n}\n", []string{"svc.hcl:1:1: error: A train spec where a service spec is expected"}},
 	} {

@@ -28,12 +28,25 @@ import (
 
 // Scaler is what the autoscaler needs of Nomad.
 type Scaler interface {
-	// Count is the task group's current count in the job (Nomad's job
-	// spec, not running allocations).
-	Count(ctx context.Context, namespace, jobID, group string) (int, error)
+	// Group reads the job jobID in namespace: its task group's current
+	// count (Nomad's job spec, not running allocations), and the job's own
+	// namespace and meta, by which it claims (or does not) the route that
+	// names it.
+	Group(ctx context.Context, namespace, jobID, group string) (Group, error)
 	// Scale sets the group's count (Nomad's /v1/job/<id>/scale) with a
 	// message saying why.
 	Scale(ctx context.Context, namespace, jobID, group string, count int, reason string) error
+}
+
+// Group is what the autoscaler reads of a route's job before it scales it.
+type Group struct {
+	Count int
+	// JobNamespace and Meta are the job's: it is scaled only when its meta
+	// claims the route as its own (servekv.JobRoute), since a route is a
+	// Consul key any user of the namespace may write, and could name any
+	// job of it.
+	JobNamespace string
+	Meta         map[string]string
 }
 
 // Config configures an Autoscaler.
@@ -213,9 +226,9 @@ func (a *Autoscaler) term(ctx context.Context, bo *backoff.Backoff) {
 
 // route is one autoscaled service.
 type route struct {
-	name                    string // servekv.LoadName
-	namespace, jobID, group string
-	as                      servekv.Autoscale
+	name                             string // servekv.LoadName
+	namespace, service, jobID, group string
+	as                               servekv.Autoscale
 }
 
 // feed is what the leader's watches have read last.
@@ -245,6 +258,9 @@ type service struct {
 	countErr *errlog.Run
 	scaleErr *errlog.Run
 	busy     bool // the last Scale met ErrBusy (logged once)
+	// refused is why the route's job is not the route's (logged once per
+	// reason); "" when it is.
+	refused string
 }
 
 // ErrBusy is what a Scaler returns, wrapped, when the group cannot be
@@ -254,6 +270,10 @@ var ErrBusy = errors.New("the group cannot be scaled while a deployment of its j
 
 // busyRetry is how long the autoscaler waits to try again after ErrBusy.
 const busyRetry = 2 * time.Second
+
+// refusedRecheck is how often the autoscaler reads again the job of a route
+// it refused (the job may be deployed as the route's service since).
+const refusedRecheck = 10 * time.Second
 
 // lead watches and decides until ctx ends or lost closes.
 func (a *Autoscaler) lead(ctx context.Context, lost <-chan struct{}) {
@@ -346,7 +366,7 @@ func (a *Autoscaler) parseRoutes(pairs consulapi.KVPairs, logged map[string]uint
 			continue
 		}
 		name := servekv.LoadName(ns, svc)
-		routes[name] = route{name: name, namespace: ns, jobID: r.JobID, group: r.Group, as: *r.Autoscale}
+		routes[name] = route{name: name, namespace: ns, service: svc, jobID: r.JobID, group: r.Group, as: *r.Autoscale}
 	}
 	for k := range logged {
 		if !seen[k] {
@@ -425,6 +445,9 @@ func (a *Autoscaler) decideAll(ctx context.Context, f *feed, services map[string
 func (a *Autoscaler) decide(ctx context.Context, r route, st *service, loads []servekv.Load) {
 	now := a.cfg.Now()
 	fresh := false
+	if st.refused != "" && now.Sub(st.countAt) < refusedRecheck {
+		return // the route's job is not its service's: asked again later
+	}
 	// The count is read at most about once a tick (decisions run on every
 	// load report too), and again before any Scale.
 	if !st.known || now.Sub(st.countAt) >= a.cfg.Tick/2 {
@@ -491,12 +514,15 @@ func (a *Autoscaler) decide(ctx context.Context, r route, st *service, loads []s
 	a.cfg.Logf("autoscaler: %s (job %s, group %s): %s", r.name, r.jobID, r.group, reason)
 }
 
-// readCount reads the group's count from Nomad into st. A count that
-// differs from the one st had (someone else scaled the group) starts the
-// delays' windows over, as they were measured against the old count.
+// readCount reads the group's count from Nomad into st, and checks that
+// the job claims the route: a route naming a job that is not its service's
+// (another service's, a plain job, one whose group is not the route's) is
+// refused, and logged once, and the job is never scaled for it. A count
+// that differs from the one st had (someone else scaled the group) starts
+// the delays' windows over, as they were measured against the old count.
 func (a *Autoscaler) readCount(ctx context.Context, r route, st *service, now time.Time) bool {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	n, err := a.cfg.Scaler.Count(cctx, r.namespace, r.jobID, r.group)
+	g, err := a.cfg.Scaler.Group(cctx, r.namespace, r.jobID, r.group)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -505,10 +531,35 @@ func (a *Autoscaler) readCount(ctx context.Context, r route, st *service, now ti
 		return false
 	}
 	st.countErr.OK()
+	if err := owns(r, g); err != nil {
+		if st.refused != err.Error() {
+			st.refused = err.Error()
+			a.cfg.Logf("autoscaler: route %s names job %s group %s: %v; not autoscaling it", r.name, r.jobID, r.group, err)
+		}
+		st.known, st.countAt = false, now
+		return false
+	}
+	if st.refused != "" {
+		a.cfg.Logf("autoscaler: route %s: job %s claims it now; autoscaling it", r.name, r.jobID)
+		st.refused = ""
+	}
+	n := g.Count
 	if !st.known || n != st.Current {
 		st.Current = n
 		st.AboveSince, st.BelowSince, st.WindowMax = time.Time{}, time.Time{}, 0
 	}
 	st.known, st.countAt = true, now
 	return true
+}
+
+// owns checks that the job the route names claims the route and the group.
+func owns(r route, g Group) error {
+	claimed, err := servekv.JobRoute(r.namespace, r.service, g.JobNamespace, r.jobID, g.Meta)
+	if err != nil {
+		return err
+	}
+	if claimed.Group != r.group {
+		return fmt.Errorf("the job claims its group %q, not %q", claimed.Group, r.group)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,7 +17,9 @@ import (
 // fakeNomad keeps task groups' counts and records the autoscalers' calls.
 type fakeNomad struct {
 	mu        sync.Mutex
-	counts    map[string]int // "<ns>/<job>/<group>"
+	counts    map[string]int               // "<ns>/<job>/<group>"
+	metas     map[string]map[string]string // "<ns>/<job>": its meta, when set; else it claims the service named like it
+	reads     map[string]int               // Group calls by "<ns>/<job>"
 	calls     []scaleCall
 	failScale int // the next failScale Scale calls fail
 	busyScale int // the next busyScale Scale calls meet a deployment (ErrBusy)
@@ -67,14 +70,39 @@ type fakeScaler struct {
 	by string
 }
 
-func (f fakeScaler) Count(ctx context.Context, ns, job, group string) (int, error) {
+// claimMeta is the meta of a job deployed as service ns/svc with group.
+func claimMeta(ns, svc, job, group string) map[string]string {
+	b, _ := json.Marshal(servekv.Route{Namespace: ns, Service: svc, JobID: job, Group: group})
+	return map[string]string{servekv.JobMetaKind: servekv.JobKindService, servekv.JobMetaRoute: string(b)}
+}
+
+// setMeta gives a job meta of its own (a job that is not the service named
+// like it).
+func (n *fakeNomad) setMeta(ns, job string, meta map[string]string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.metas == nil {
+		n.metas = map[string]map[string]string{}
+	}
+	n.metas[ns+"/"+job] = meta
+}
+
+func (f fakeScaler) Group(ctx context.Context, ns, job, group string) (Group, error) {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	if f.n.reads == nil {
+		f.n.reads = map[string]int{}
+	}
+	f.n.reads[ns+"/"+job]++
 	c, ok := f.n.counts[ns+"/"+job+"/"+group]
 	if !ok {
-		return 0, fmt.Errorf("job %s/%s has no group %s", ns, job, group)
+		return Group{}, fmt.Errorf("job %s/%s has no group %s", ns, job, group)
 	}
-	return c, nil
+	meta, ok := f.n.metas[ns+"/"+job]
+	if !ok {
+		meta = claimMeta(ns, job, job, group)
+	}
+	return Group{Count: c, JobNamespace: ns, Meta: meta}, nil
 }
 
 func (f fakeScaler) Scale(ctx context.Context, ns, job, group string, count int, reason string) error {

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -30,9 +31,14 @@ import (
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
-// Config is a gateway's wiring.
+// Config is a gateway's wiring and its limits. Every limit has a default
+// (the Default* constants), taken when the field is 0.
 type Config struct {
 	Consul *consulapi.Client
+	// Nomad vouches for the replicas: a Consul instance gets a route's
+	// requests only when it is a running allocation of the route's job
+	// (admit.go). Required.
+	Nomad Nomad
 	// Prefix is the services' KV prefix; "" = servekv.DefaultPrefix.
 	Prefix string
 	// ID is this gateway's ID, reported in Load.
@@ -45,13 +51,41 @@ type Config struct {
 	// once. It is called on the request's goroutine and must not block (a
 	// non-blocking channel send); nil = none.
 	OnQueued func(namespace, service string)
-	// MaxBodyBytes bounds the request bodies buffered so that a request a
-	// replica refused can be retried on another; default 10 MiB; a larger
-	// body is answered 413.
+	// MaxBodyBytes bounds the request body of a route that sets no
+	// max_body_bytes of its own (bodies are buffered so that a request a
+	// replica refused can be retried on another); a larger body is
+	// answered 413.
 	MaxBodyBytes int64
-	// EjectFor is how long a replica that refused a connection is skipped;
-	// default 5s.
+	// EjectFor is how long a replica that refused a connection is skipped.
 	EjectFor time.Duration
+
+	// MaxInflight bounds the routed requests the gateway serves at once,
+	// those held for a replica and those still sending their body
+	// included; past it a request is answered 503 with Retry-After.
+	MaxInflight int
+	// MaxBufferedBytes bounds the request bodies held in memory at once,
+	// held requests' included; an eighth of it is kept for bodies of at
+	// most 64 KiB, and no body may be larger than the rest. Past it a
+	// request is answered 503 with Retry-After.
+	MaxBufferedBytes int64
+	// BodyMinRate (bytes a second) and BodyGrace bound how slowly a body
+	// may arrive: no pause over BodyGrace, and on average BodyMinRate
+	// after a first BodyGrace; a slower one is answered 408 and cut off.
+	BodyMinRate int64
+	BodyGrace   time.Duration
+	// MaxLimiters bounds the table of rate limiters (one per token, or per
+	// client address on routes with a rate limit and no auth); past it,
+	// new clients share one limiter per route.
+	MaxLimiters int
+
+	// The public listener's http.Server (Server): how long a client may
+	// take to send its headers (a slowloris), how long a keep-alive
+	// connection may idle, how large the headers may be, and how long a
+	// client may leave an answer unread before it is cut off.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	WriteIdleTimeout  time.Duration
 }
 
 // Defaults of Config and of the routes' optional fields.
@@ -62,9 +96,82 @@ const (
 	// QueueLimit or QueueTimeout is 0.
 	DefaultQueueLimit   = 100
 	DefaultQueueTimeout = 30 * time.Second
+
+	DefaultMaxInflight       = 1024
+	DefaultMaxBufferedBytes  = 64 << 20
+	DefaultBodyMinRate       = 64 << 10
+	DefaultBodyGrace         = 10 * time.Second
+	DefaultMaxLimiters       = 65536
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultWriteIdleTimeout  = 30 * time.Second
 )
 
-// Paths the gateway answers itself instead of routing.
+// withDefaults fills in cfg's zero fields and refuses negative ones.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = servekv.DefaultPrefix
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+		def  int64
+	}{
+		{"MaxBodyBytes", &cfg.MaxBodyBytes, DefaultMaxBodyBytes},
+		{"MaxBufferedBytes", &cfg.MaxBufferedBytes, DefaultMaxBufferedBytes},
+		{"BodyMinRate", &cfg.BodyMinRate, DefaultBodyMinRate},
+	} {
+		if *f.v < 0 {
+			return cfg, fmt.Errorf("gateway: %s is negative (%d)", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"EjectFor", &cfg.EjectFor, DefaultEjectFor},
+		{"BodyGrace", &cfg.BodyGrace, DefaultBodyGrace},
+		{"ReadHeaderTimeout", &cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout},
+		{"IdleTimeout", &cfg.IdleTimeout, DefaultIdleTimeout},
+		{"WriteIdleTimeout", &cfg.WriteIdleTimeout, DefaultWriteIdleTimeout},
+	} {
+		if *f.v < 0 {
+			return cfg, fmt.Errorf("gateway: %s is negative (%s)", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MaxInflight", &cfg.MaxInflight, DefaultMaxInflight},
+		{"MaxLimiters", &cfg.MaxLimiters, DefaultMaxLimiters},
+		{"MaxHeaderBytes", &cfg.MaxHeaderBytes, DefaultMaxHeaderBytes},
+	} {
+		if *f.v < 0 {
+			return cfg, fmt.Errorf("gateway: %s is negative (%d)", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if cfg.MaxBufferedBytes < 8*bodyChunk {
+		return cfg, fmt.Errorf("gateway: MaxBufferedBytes %d is under %d, too little to buffer any body", cfg.MaxBufferedBytes, 8*bodyChunk)
+	}
+	return cfg, nil
+}
+
+// Paths the gateway answers itself instead of routing: the health check
+// on the public listener, the metrics (and StatsPath) on the admin one
+// (AdminHandler).
 const (
 	MetricsPath = "/metrics"
 	HealthPath  = "/-/healthz"
@@ -79,6 +186,7 @@ type Gateway struct {
 	transport *http.Transport
 	metrics   *metrics
 	limiters  *limiterSet
+	cap       *capacity
 
 	// table is the routing table, replaced whole on every change of the
 	// services' KV tree; nil until the first list is loaded (not Ready).
@@ -98,14 +206,12 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Consul == nil {
 		return nil, errors.New("gateway: no Consul client")
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = servekv.DefaultPrefix
+	if cfg.Nomad == nil {
+		return nil, errors.New("gateway: no Nomad client: it admits a replica only when Nomad says it is one of the route's job")
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.EjectFor <= 0 {
-		cfg.EjectFor = DefaultEjectFor
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	logf := cfg.Logf
 	if logf == nil {
@@ -116,7 +222,8 @@ func New(cfg Config) (*Gateway, error) {
 		prefix:    cfg.Prefix,
 		logf:      logf,
 		transport: newTransport(),
-		limiters:  newLimiterSet(),
+		limiters:  newLimiterSet(cfg.MaxLimiters),
+		cap:       newCapacity(cfg.MaxInflight, cfg.MaxBufferedBytes),
 		services:  map[string]*service{},
 	}
 	g.metrics = newMetrics(g)
@@ -184,23 +291,21 @@ func (g *Gateway) serviceList() []*service {
 	return out
 }
 
-// ServeHTTP answers /metrics and /-/healthz itself and routes every other
-// request.
+// ServeHTTP answers /-/healthz itself and routes every other request; the
+// metrics and stats are the admin listener's (AdminHandler), not the
+// public's, since they name every tenant's services and traffic.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		body := &eofReader{ReadCloser: r.Body}
+		r.Body = body
+		defer dropUnreadBody(w, body)
+	}
 	switch r.URL.Path {
-	case MetricsPath:
-		g.metricsHandler.ServeHTTP(w, r)
-		return
-	case StatsPath:
-		g.serveStats(w)
-		return
 	case HealthPath:
-		if !g.Ready() {
-			writeError(w, http.StatusServiceUnavailable, "routes not loaded yet")
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		g.serveHealth(w)
+		return
+	case MetricsPath, StatsPath:
+		writeError(w, http.StatusNotFound, r.URL.Path+" is served on the gateway's admin listener (--admin-listen), not here")
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -222,6 +327,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.serveRoute(w, r, e)
 }
 
+func (g *Gateway) serveHealth(w http.ResponseWriter) {
+	if !g.Ready() {
+		writeError(w, http.StatusServiceUnavailable, "routes not loaded yet")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
 // outcome is what one routed request is counted as.
 type outcome struct {
 	code    int
@@ -240,6 +354,11 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, e *routeEnt
 		e.svc.window.add(start.Add(d), d, out.code)
 	}()
 
+	if !g.cap.enter() {
+		out.code = g.shed(w, shedInflight, false)
+		return
+	}
+	defer g.cap.leave()
 	tok, ok := g.authenticate(w, r, e)
 	if !ok {
 		out.code = http.StatusUnauthorized
@@ -249,10 +368,15 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, e *routeEnt
 		out.code = http.StatusTooManyRequests
 		return
 	}
-	body, code := g.readBody(w, r)
+	body, code := g.readBody(w, r, e)
 	if code != 0 {
 		out.code = code
 		return
+	}
+	if body != nil {
+		// Held requests keep their body, and count in the capacity, until
+		// they are answered.
+		defer g.cap.release(body.reserved)
 	}
 	if code := g.hold(w, r, e); code != 0 {
 		out.code = code
@@ -265,30 +389,30 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, e *routeEnt
 // answer (nginx's convention; never sent).
 const statusClientClosed = 499
 
-// readBody buffers the request body, so that it can be sent again to
-// another replica when the first refused the connection.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (body []byte, code int) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, 0
+// eofReader records whether a request body was read to its end.
+type eofReader struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		r.eof = true
 	}
-	max := g.cfg.MaxBodyBytes
-	if r.ContentLength > max {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", max))
-		return nil, http.StatusRequestEntityTooLarge
+	return n, err
+}
+
+// dropUnreadBody ends the connection of a request answered before its
+// body was read (refused, shed, too slow): net/http would otherwise read up
+// to 256 KiB more of it after the handler, with no deadline, to keep the
+// connection alive, and a client that sends nothing more would hold the
+// connection for ever. A read deadline in the past fails that read, and the
+// server closes the connection.
+func dropUnreadBody(w http.ResponseWriter, b *eofReader) {
+	if !b.eof {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
-	b, err := readAtMost(r.Body, max+1)
-	if err != nil {
-		if r.Context().Err() != nil {
-			return nil, statusClientClosed
-		}
-		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-		return nil, http.StatusBadRequest
-	}
-	if int64(len(b)) > max {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", max))
-		return nil, http.StatusRequestEntityTooLarge
-	}
-	return b, 0
 }
 
 // writeError answers with a JSON error body.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -267,7 +268,7 @@ func TestAllReplicasRefusingIs502(t *testing.T) {
 	h.waitRoute("m", "", "/m")
 	h.waitEndpoints("m", 2)
 	res := h.get("/m")
-	if res.code != 502 || !strings.HasPrefix(errorOf(t, res.body), "replica rep-") {
+	if res.code != 502 || !strings.HasPrefix(errorOf(t, res.body), "replica _nomad-task-") {
 		t.Fatalf("got %d %s, want 502 naming a replica", res.code, res.body)
 	}
 	for _, e := range h.endpoints("m") {
@@ -299,7 +300,7 @@ func TestABrokenResponseIsNotRetried(t *testing.T) {
 	h.waitRoute("m", "", "/m")
 	h.waitEndpoints("m", 2)
 	res := h.do(http.MethodPost, "/m", strings.NewReader("run once"))
-	if res.code != 502 || !strings.HasPrefix(errorOf(t, res.body), "replica rep-") {
+	if res.code != 502 || !strings.HasPrefix(errorOf(t, res.body), "replica _nomad-task-") {
 		t.Errorf("got %d %s, want 502", res.code, res.body)
 	}
 	if n := hits.Load(); n != 1 {
@@ -548,7 +549,10 @@ func TestMetricsCountRequestsByVersionAndCode(t *testing.T) {
 		}
 	}
 	h.get("/m")
-	res := h.get(MetricsPath)
+	if res := h.get(MetricsPath); res.code != http.StatusNotFound {
+		t.Errorf("/metrics on the public listener: %d, want 404 (the admin listener's)", res.code)
+	}
+	res := h.doAt(h.admin, http.MethodGet, MetricsPath, nil)
 	if res.code != 200 {
 		t.Fatal(res.code)
 	}
@@ -622,14 +626,18 @@ func TestARouteMovedToAnotherConsulServiceFollows(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.backend("m", "v1", echo("old"))
-	h.backend("m2", "v2", echo("new"))
+	// A replica of the same job under another Consul name (a service
+	// renamed in Consul).
+	srv := httptest.NewServer(echo("new"))
+	t.Cleanup(srv.Close)
+	h.replicaAs("m", h.consulService("m2"), strings.TrimPrefix(srv.URL, "http://"), "v2")
 	h.route("m", servekv.Route{})
 	h.waitRoute("m", "", "/m")
 	h.waitEndpoints("m", 1)
 	if res := h.get("/m"); res.body != "old /" {
 		t.Fatalf("before: %q", res.body)
 	}
-	h.route("m", servekv.Route{ConsulService: h.consulService("m2")})
+	h.route("m", servekv.Route{ConsulService: h.consulService("m2"), JobID: h.jobID("m"), Group: "serve"})
 	h.eventually(5*time.Second, "the new pool", func() bool {
 		eps := h.endpoints("m")
 		return len(eps) == 1 && eps[0].version == "v2"

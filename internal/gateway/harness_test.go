@@ -74,6 +74,7 @@ type harness struct {
 	c      *consulapi.Client
 	g      *Gateway
 	url    string // the gateway's base URL
+	admin  string // its admin listener's
 	prefix string
 	id     string // makes the test's Consul service names unique
 	ns     string
@@ -81,16 +82,19 @@ type harness struct {
 	logMu sync.Mutex
 	logs  []string
 
+	nomad *fakeNomad
+
 	queued chan string // OnQueued's calls, "ns/svc"
 }
 
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
 	c := consulClient(t)
-	h := &harness{t: t, c: c, id: randomID(), ns: "team-a", queued: make(chan string, 1000)}
+	h := &harness{t: t, c: c, id: randomID(), ns: "team-a", queued: make(chan string, 1000), nomad: newFakeNomad()}
 	h.prefix = "gwtest/" + h.id
 	cfg := Config{
 		Consul: c,
+		Nomad:  h.nomad,
 		Prefix: h.prefix,
 		ID:     "gw-" + h.id,
 		Logf: func(format string, args ...any) {
@@ -116,10 +120,17 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
-	srv := httptest.NewServer(g)
+	// The public listener as gpujob gateway run serves it: g.Server's
+	// limits and timeouts.
+	srv := httptest.NewUnstartedServer(g)
+	srv.Config = g.Server()
+	srv.Start()
 	h.url = srv.URL
+	adm := httptest.NewServer(g.AdminHandler(""))
+	h.admin = adm.URL
 	t.Cleanup(func() {
 		srv.Close()
+		adm.Close()
 		cancel()
 		select {
 		case err := <-done:
@@ -146,12 +157,20 @@ func (h *harness) consulService(svc string) string { return "gwt-" + h.id + "-" 
 
 func (h *harness) tag() string { return "gpujob-ns=" + h.ns }
 
-// route writes svc's route, filling in the names, Consul service and tag.
+// jobID is the test's Nomad job of a gpujob service.
+func (h *harness) jobID(svc string) string { return "job-" + h.id + "-" + svc }
+
+// route writes svc's route, filling in the names, Consul service, tag and
+// job (which it registers in the fake Nomad, claiming the route).
 func (h *harness) route(svc string, r servekv.Route) servekv.Route {
 	h.t.Helper()
 	r.Namespace, r.Service = h.ns, svc
 	if r.ConsulService == "" {
 		r.ConsulService = h.consulService(svc)
+	}
+	if r.JobID == "" {
+		r.JobID, r.Group = h.jobID(svc), "serve"
+		h.nomad.serviceJob(h.ns, svc, r.JobID)
 	}
 	if r.Tag == "" {
 		r.Tag = h.tag()
@@ -203,27 +222,43 @@ func (h *harness) waitRoute(svc, host, path string) {
 	})
 }
 
-// replica registers a replica of svc at addr (host:port) with a passing
-// TTL check, and returns its service ID and check ID.
+// replica runs a replica of svc at addr (host:port): a running allocation
+// of its job in the fake Nomad, registered in Consul as Nomad does with a
+// passing TTL check. It returns its service ID and check ID.
 func (h *harness) replica(svc, addr, version string, extraTags ...string) (id, check string) {
+	h.t.Helper()
+	return h.replicaAs(svc, h.consulService(svc), addr, version, extraTags...)
+}
+
+// replicaAs is replica registered under the Consul service name
+// consulService.
+func (h *harness) replicaAs(svc, consulService, addr, version string, extraTags ...string) (id, check string) {
+	h.t.Helper()
+	alloc := h.nomad.runAlloc(h.ns, h.jobID(svc), "serve", addr)
+	id = fmt.Sprintf("_nomad-task-%s-serve-%s-http", alloc, consulService)
+	return id, h.register(consulService, id, addr, version, extraTags...)
+}
+
+// register puts an instance of the Consul service consulService, with the
+// route's tags and a passing TTL check, and returns the check's ID.
+func (h *harness) register(consulService, id, addr, version string, extraTags ...string) (check string) {
 	h.t.Helper()
 	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	port, _ := strconv.Atoi(portS)
-	id = "rep-" + h.id + "-" + svc + "-" + randomID()
 	check = "chk-" + id
 	tags := append([]string{h.tag(), versionTagPrefix + version}, extraTags...)
 	err = h.c.Agent().ServiceRegister(&consulapi.AgentServiceRegistration{
-		ID: id, Name: h.consulService(svc), Address: host, Port: port, Tags: tags,
+		ID: id, Name: consulService, Address: host, Port: port, Tags: tags,
 		Check: &consulapi.AgentServiceCheck{CheckID: check, TTL: "10m", Status: consulapi.HealthPassing},
 	})
 	if err != nil {
 		h.t.Fatalf("registering %s: %v", id, err)
 	}
 	h.t.Cleanup(func() { _ = h.c.Agent().ServiceDeregister(id) })
-	return id, check
+	return check
 }
 
 // backend starts an httptest server and registers it as a replica of svc.
@@ -280,7 +315,31 @@ type result struct {
 // do sends a request to the gateway; mod may set headers or the Host.
 func (h *harness) do(method, path string, body io.Reader, mod ...func(*http.Request)) result {
 	h.t.Helper()
+	return h.doAt(h.url, method, path, body, mod...)
+}
+
+// attempt sends a request and returns the transport's error rather than
+// failing the test: a gateway that refuses an upload before reading it
+// closes the connection, and a client still writing may see the reset
+// before the answer.
+func (h *harness) attempt(method, path string, body io.Reader) (result, error) {
 	req, err := http.NewRequest(method, h.url+path, body)
+	if err != nil {
+		return result{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return result{}, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{code: resp.StatusCode, header: resp.Header, body: string(b)}, nil
+}
+
+// doAt sends a request to base (the gateway's public or admin URL).
+func (h *harness) doAt(base, method, path string, body io.Reader, mod ...func(*http.Request)) result {
+	h.t.Helper()
+	req, err := http.NewRequest(method, base+path, body)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ type metrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	poolUpdates *prometheus.CounterVec
+	shed        *prometheus.CounterVec
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -37,8 +38,15 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "gpujob_gateway_pool_updates_total",
 			Help: "Changes of a service's set of healthy replicas seen by the gateway.",
 		}, []string{"namespace", "service"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpujob_gateway_shed_total",
+			Help: "Requests the gateway refused for want of room, by reason: inflight (503, --max-inflight), buffer (503, --max-buffered), slow_body (408, a body under --body-min-rate or paused over --body-grace).",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.poolUpdates, &stateCollector{g: g},
+	for _, r := range []string{shedInflight, shedBuffer, shedSlowBody} {
+		m.shed.WithLabelValues(r) // every reason from the start, at 0
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.poolUpdates, m.shed, &stateCollector{g: g},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -66,6 +74,15 @@ var (
 		"Requests held for want of a healthy replica of the service.", []string{"namespace", "service"}, nil)
 	endpointsDesc = prometheus.NewDesc("gpujob_gateway_endpoints",
 		"Healthy replicas of a service by version (version=\"\" 0 when it has none).", []string{"namespace", "service", "version"}, nil)
+	refusedDesc = prometheus.NewDesc("gpujob_gateway_refused_instances",
+		"Healthy Consul instances under a service's name and tag that Nomad does not vouch for as replicas of its job, and get no traffic.",
+		[]string{"namespace", "service"}, nil)
+	allInflightDesc = prometheus.NewDesc("gpujob_gateway_requests_inflight",
+		"Routed requests the gateway holds now, held and still uploading ones included (its --max-inflight bounds it).", nil, nil)
+	bufferedDesc = prometheus.NewDesc("gpujob_gateway_buffered_bytes",
+		"Bytes of request bodies the gateway has reserved now (its --max-buffered bounds it).", nil, nil)
+	limitersDesc = prometheus.NewDesc("gpujob_gateway_rate_limiters",
+		"Rate limiters the gateway keeps (its --max-limiters bounds them).", nil, nil)
 )
 
 // stateCollector reports the gauges of the routed services.
@@ -75,18 +92,28 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- queuedDesc
 	ch <- endpointsDesc
+	ch <- refusedDesc
+	ch <- allInflightDesc
+	ch <- bufferedDesc
+	ch <- limitersDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(allInflightDesc, prometheus.GaugeValue, float64(c.g.cap.inflight.Load()))
+	ch <- prometheus.MustNewConstMetric(bufferedDesc, prometheus.GaugeValue, float64(c.g.cap.buffered.Load()))
+	ch <- prometheus.MustNewConstMetric(limitersDesc, prometheus.GaugeValue, float64(c.g.limiters.size()))
 	for _, s := range c.g.serviceList() {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(s.inflight.Load()), s.ns, s.name)
 		ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(s.queued.Load()), s.ns, s.name)
 		byVersion := map[string]int{}
+		refused := int64(0)
 		if p := s.pool.Load(); p != nil {
 			for _, e := range p.snapshot().eps {
 				byVersion[e.version]++
 			}
+			refused = p.refusedCount.Load()
 		}
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused), s.ns, s.name)
 		if len(byVersion) == 0 {
 			byVersion[""] = 0
 		}

@@ -53,23 +53,36 @@ type poolState struct {
 	changed chan struct{}
 }
 
-// pool keeps the healthy replicas of one route's Consul service and tag
-// from a blocking health query.
+// pool keeps the replicas of one route: the healthy instances of its
+// Consul service and tag (a blocking health query) that Nomad vouches for
+// as allocations of its job (a blocking query on the job's allocations,
+// admit.go). It is loaded once both have answered.
 type pool struct {
 	g             *Gateway
 	svc           *service
 	consulService string
 	tag           string
+	jobID         string
 
 	state atomic.Pointer[poolState]
 	mu    sync.Mutex // serializes replacements of state
+
+	// inputs guards what the two watches last read, and the refusals
+	// already logged.
+	inputs   sync.Mutex
+	entries  []*consulapi.ServiceEntry
+	healthOK bool // the health query has answered
+	replicas replicaSet
+	refused  map[string]string // instance "id@addr" -> the reason logged
+	// refusedCount is the healthy instances left out, for the metrics.
+	refusedCount atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func newPool(g *Gateway, s *service, consulService, tag string) *pool {
-	p := &pool{g: g, svc: s, consulService: consulService, tag: tag}
+func newPool(g *Gateway, s *service, consulService, tag, jobID string) *pool {
+	p := &pool{g: g, svc: s, consulService: consulService, tag: tag, jobID: jobID, refused: map[string]string{}}
 	p.state.Store(&poolState{changed: make(chan struct{})})
 	return p
 }
@@ -78,9 +91,19 @@ func newPool(g *Gateway, s *service, consulService, tag string) *pool {
 func (p *pool) start(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
 	p.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(p.done)
+		defer wg.Done()
 		p.watch(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		p.watchReplicas(ctx)
+	}()
+	go func() {
+		wg.Wait()
+		close(p.done)
 	}()
 }
 
@@ -135,26 +158,63 @@ func (p *pool) watch(ctx context.Context) {
 		errs.recovered("gateway: watching the replicas of %s again", p.svc.key)
 		next, changed := nextIndex(index, meta.LastIndex)
 		index = next
-		if !changed && p.snapshot().loaded {
+		if !changed && p.healthLoaded() {
 			continue
 		}
-		p.update(entries)
+		p.setEntries(entries)
 	}
 }
 
-// update makes entries the pool's endpoints, keeping the load of those
-// already known (by Service.ID), and logs and counts a change.
-func (p *pool) update(entries []*consulapi.ServiceEntry) {
+func (p *pool) healthLoaded() bool {
+	p.inputs.Lock()
+	defer p.inputs.Unlock()
+	return p.healthOK
+}
+
+// setEntries takes a new answer of the health query.
+func (p *pool) setEntries(entries []*consulapi.ServiceEntry) {
+	p.inputs.Lock()
+	defer p.inputs.Unlock()
+	p.entries, p.healthOK = entries, true
+	p.update()
+}
+
+// setReplicas takes a new answer from Nomad.
+func (p *pool) setReplicas(s replicaSet) {
+	p.inputs.Lock()
+	defer p.inputs.Unlock()
+	p.replicas = s
+	p.update()
+}
+
+// update makes the healthy instances that Nomad vouches for the pool's
+// endpoints, keeping the load of those already known (by Service.ID), and
+// logs and counts a change; it logs each instance it leaves out once. The
+// caller holds inputs. Until both watches have answered the pool stays
+// unloaded: requests wait for it without counting as held.
+func (p *pool) update() {
+	if !p.healthOK || !p.replicas.loaded {
+		return
+	}
 	cur := p.snapshot()
 	known := make(map[string]*endpoint, len(cur.eps))
 	for _, e := range cur.eps {
 		known[e.id] = e
 	}
-	eps := make([]*endpoint, 0, len(entries))
-	seen := make(map[string]bool, len(entries))
-	for _, en := range entries {
+	eps := make([]*endpoint, 0, len(p.entries))
+	seen := make(map[string]bool, len(p.entries))
+	refused := map[string]string{}
+	for _, en := range p.entries {
 		ep := endpointOf(en)
 		if ep == nil || seen[ep.id] {
+			continue
+		}
+		if ok, why := p.replicas.admits(ep.id, ep.addr); !ok {
+			key := ep.id + "@" + ep.addr
+			refused[key] = why
+			if p.refused[key] != why {
+				p.g.logf("gateway: pool %s: refusing consul instance %s at %s: %s", p.svc.key, ep.id, ep.addr, why)
+			}
 			continue
 		}
 		seen[ep.id] = true
@@ -167,6 +227,8 @@ func (p *pool) update(entries []*consulapi.ServiceEntry) {
 		}
 		eps = append(eps, ep)
 	}
+	p.refused = refused
+	p.refusedCount.Store(int64(len(refused)))
 	sort.Slice(eps, func(i, j int) bool { return eps[i].id < eps[j].id })
 	if cur.loaded && sameEndpoints(cur.eps, eps) {
 		return

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,7 +48,7 @@ func newTransport() *http.Transport {
 // request goes to another (up to maxAttempts): it never reached the first,
 // so it cannot run twice. Any other failure is the client's 502, or 504
 // when the route's Timeout ran out.
-func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, e *routeEntry, body []byte, out *outcome) {
+func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, e *routeEntry, body *body, out *outcome) {
 	s := e.svc
 	// The client's context: a client that goes away cancels the upstream
 	// request.
@@ -150,13 +149,13 @@ func (g *Gateway) respond(w http.ResponseWriter, resp *http.Response, ep *endpoi
 	h.Set(ReplicaHeader, ep.id)
 	out.code, out.version = resp.StatusCode, ep.version
 	w.WriteHeader(resp.StatusCode)
-	var rc *http.ResponseController
-	if resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		rc = http.NewResponseController(w)
+	rc := http.NewResponseController(w)
+	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if flush {
 		_ = rc.Flush()
 	}
 
-	if err := copyFlushing(w, rc, resp.Body); err != nil {
+	if err := copyFlushing(w, rc, resp.Body, flush, g.cfg.WriteIdleTimeout); err != nil {
 		if errors.Is(err, errClientWrite) {
 			return // the client went away; the deferred Close ends the upstream
 		}
@@ -180,18 +179,31 @@ var errClientWrite = errors.New("writing to the client")
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyFlushing copies src to w, flushing after each write when rc is set.
-func copyFlushing(w io.Writer, rc *http.ResponseController, src io.Reader) error {
+// copyFlushing copies src to w, flushing after each write when flush is
+// set. Each write must be taken by the client within idle: one that reads
+// nothing of an answer for that long (a slow read, to hold the gateway's
+// request slots) is cut off. The deadline is cleared after each write, so
+// that none is left for the next request on the connection.
+func copyFlushing(w io.Writer, rc *http.ResponseController, src io.Reader, flush bool, idle time.Duration) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
+	deadlines := idle > 0
+	defer func() {
+		if deadlines {
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+	}()
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
+			if deadlines && rc.SetWriteDeadline(time.Now().Add(idle)) != nil {
+				deadlines = false // not a net.Conn underneath (tests)
+			}
 			if _, err := w.Write(buf[:n]); err != nil {
 				return fmt.Errorf("%w: %w", errClientWrite, err)
 			}
-			if rc != nil {
+			if flush {
 				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 					return fmt.Errorf("%w: %w", errClientWrite, err)
 				}
@@ -209,14 +221,14 @@ func copyFlushing(w io.Writer, rc *http.ResponseController, src io.Reader) error
 // outboundRequest is one attempt's request to ep. The body is a fresh
 // reader each time (and GetBody lets the Transport resend it on a stale
 // pooled connection).
-func outboundRequest(ctx context.Context, method string, ep *endpoint, path, rawPath, rawQuery string, hdr http.Header, body []byte) (*http.Request, error) {
-	var rd io.Reader
-	if len(body) > 0 {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+ep.addr+"/", rd)
+func outboundRequest(ctx context.Context, method string, ep *endpoint, path, rawPath, rawQuery string, hdr http.Header, b *body) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+ep.addr+"/", nil)
 	if err != nil {
 		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	if b != nil && b.size > 0 {
+		req.Body, req.ContentLength = b.reader(), b.size
+		req.GetBody = func() (io.ReadCloser, error) { return b.reader(), nil }
 	}
 	req.URL.Path, req.URL.RawPath, req.URL.RawQuery = path, rawPath, rawQuery
 	req.Header = hdr
@@ -314,9 +326,4 @@ func httpHeaderHasToken(h http.Header, name, token string) bool {
 		}
 	}
 	return false
-}
-
-// readAtMost reads r up to n bytes.
-func readAtMost(r io.Reader, n int64) ([]byte, error) {
-	return io.ReadAll(io.LimitReader(r, n))
 }

@@ -29,7 +29,7 @@ type service struct {
 	key      string // servekv.LoadName
 
 	// pool is the current replica pool; replaced when the route's Consul
-	// service or tag changes.
+	// service, tag or job changes.
 	pool atomic.Pointer[pool]
 	// removed is set when the route is deleted, so that requests held for
 	// it stop waiting.
@@ -234,10 +234,10 @@ func (g *Gateway) applyKV(ctx context.Context, pairs consulapi.KVPairs, bad map[
 			g.logf("gateway: route %s changed: %s%s -> consul service %q tag %q", key, r.Host, r.PathPrefix, r.ConsulService, r.Tag)
 		}
 		old := s.pool.Load()
-		if old == nil || old.consulService != r.ConsulService || old.tag != r.Tag {
+		if old == nil || old.consulService != r.ConsulService || old.tag != r.Tag || old.jobID != r.JobID {
 			// The new pool first, so that the requests held on the old
 			// one, woken by its stop, find it.
-			p := newPool(g, s, r.ConsulService, r.Tag)
+			p := newPool(g, s, r.ConsulService, r.Tag, r.JobID)
 			s.pool.Store(p)
 			if old != nil {
 				old.stop()
@@ -315,6 +315,9 @@ func parseRoute(b []byte, ns, svc string) (*servekv.Route, error) {
 	}
 	if !strings.HasPrefix(r.PathPrefix, "/") {
 		return nil, fmt.Errorf("path_prefix %q does not start with /", r.PathPrefix)
+	}
+	if r.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("max_body_bytes %d is negative", r.MaxBodyBytes)
 	}
 	return &r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,7 +177,7 @@ func TestPickSkipsTriedAndEjected(t *testing.T) {
 func passes(s *limiterSet, key string, l servekv.Limit, start time.Time, hz, n int) (ok int, waits []time.Duration) {
 	for i := range n {
 		at := start.Add(time.Duration(i) * time.Second / time.Duration(hz))
-		allowed, wait := s.allow(key, l, at)
+		allowed, wait := s.allow(key, "scope", l, at)
 		if allowed {
 			ok++
 		} else {
@@ -191,7 +192,7 @@ func TestLimiterFigures(t *testing.T) {
 	start := time.Unix(1_000_000, 0)
 	// 50 req/s against 10/s with a burst of 20: the burst lasts 25
 	// requests (0.5 s, refilling 5), then 10 pass a second: burst + rps·T.
-	s := newLimiterSet()
+	s := newLimiterSet(1000)
 	if ok, waits := passes(s, "2s", l, start, 50, 100); ok < 39 || ok > 41 {
 		t.Errorf("2 s at 50 req/s: %d passed, want 40±1 (burst 20 + 10/s · 2 s)", ok)
 	} else {
@@ -212,30 +213,30 @@ func TestLimiterFigures(t *testing.T) {
 	}
 
 	// A changed limit replaces the bucket.
-	s = newLimiterSet()
+	s = newLimiterSet(1000)
 	one := servekv.Limit{RPS: 1, Burst: 1}
-	if ok, _ := s.allow("k", one, start); !ok {
+	if ok, _ := s.allow("k", "scope", one, start); !ok {
 		t.Fatal("first request refused")
 	}
-	if ok, wait := s.allow("k", one, start); ok || retryAfterSeconds(wait) != 1 {
+	if ok, wait := s.allow("k", "scope", one, start); ok || retryAfterSeconds(wait) != 1 {
 		t.Fatalf("second request at 1/s: allowed %v, wait %s", ok, wait)
 	}
-	if ok, _ := s.allow("k", servekv.Limit{RPS: 1, Burst: 5}, start); !ok {
+	if ok, _ := s.allow("k", "scope", servekv.Limit{RPS: 1, Burst: 5}, start); !ok {
 		t.Fatal("the limit changed but the old bucket still applies")
 	}
 	slow := servekv.Limit{RPS: 0.1, Burst: 1}
-	s.allow("slow", slow, start)
-	if ok, wait := s.allow("slow", slow, start); ok || retryAfterSeconds(wait) != 10 {
+	s.allow("slow", "scope", slow, start)
+	if ok, wait := s.allow("slow", "scope", slow, start); ok || retryAfterSeconds(wait) != 10 {
 		t.Fatalf("at 0.1/s: allowed %v, Retry-After %d, want 10", ok, retryAfterSeconds(wait))
 	}
 	// No RPS: unlimited, and no bucket kept.
 	for range 100 {
-		if ok, _ := s.allow("free", servekv.Limit{}, start); !ok {
+		if ok, _ := s.allow("free", "scope", servekv.Limit{}, start); !ok {
 			t.Fatal("a zero limit refused a request")
 		}
 	}
 	rare := servekv.Limit{RPS: 0.01, Burst: 2} // refills in 200 s
-	s.allow("rare", rare, start)
+	s.allow("rare", "scope", rare, start)
 	if n := s.size(); n != 3 {
 		t.Errorf("%d buckets, want 3", n)
 	}
@@ -306,18 +307,32 @@ func TestOutboundHeader(t *testing.T) {
 }
 
 func TestNotReadyBeforeTheFirstRoutes(t *testing.T) {
-	g, err := New(Config{Consul: mustClient(t)})
+	g, err := New(Config{Consul: mustClient(t), Nomad: newFakeNomad()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]int{HealthPath: 503, "/svc": 503, MetricsPath: 200} {
+	for path, want := range map[string]int{HealthPath: 503, "/svc": 503, MetricsPath: 404, StatsPath: 404} {
 		w := httptest.NewRecorder()
 		g.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
 		if w.Code != want {
 			t.Errorf("%s before Run: %d, want %d", path, w.Code, want)
 		}
 	}
-	if _, err := New(Config{}); err == nil {
+	admin := g.AdminHandler("")
+	for path, want := range map[string]int{HealthPath: 503, MetricsPath: 200, StatsPath: 200, "/svc": 404} {
+		w := httptest.NewRecorder()
+		admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != want {
+			t.Errorf("admin %s before Run: %d, want %d", path, w.Code, want)
+		}
+	}
+	if _, err := New(Config{Nomad: newFakeNomad()}); err == nil {
 		t.Error("New without a Consul client did not fail")
+	}
+	if _, err := New(Config{Consul: mustClient(t)}); err == nil || !strings.Contains(err.Error(), "Nomad") {
+		t.Errorf("New without a Nomad client: %v", err)
+	}
+	if _, err := New(Config{Consul: mustClient(t), Nomad: newFakeNomad(), MaxInflight: -1}); err == nil || !strings.Contains(err.Error(), "MaxInflight") {
+		t.Errorf("New with a negative MaxInflight: %v", err)
 	}
 }

@@ -122,12 +122,18 @@ type Route struct {
 	Auth       bool     `json:"auth"`
 	RateLimit  *Limit   `json:"rate_limit,omitempty"` // per token; nil = none
 	Timeout    Duration `json:"timeout"`              // per request, 0 = none
+	// MaxBodyBytes bounds a request's body (the gateway buffers it whole,
+	// so that a refused connection can be retried); 0 = the gateway's
+	// default (--max-body).
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 	// QueueLimit and QueueTimeout bound the requests held while the service
 	// has no healthy replica (a cold start, a scale from zero).
 	QueueLimit   int      `json:"queue_limit"`
 	QueueTimeout Duration `json:"queue_timeout"`
-	// JobID and Group are the Nomad job and task group the autoscaler
-	// scales.
+	// JobID and Group are the Nomad job and task group whose allocations
+	// serve the route and which the autoscaler scales. They are only
+	// believed when that job claims the route in its own meta (JobRoute):
+	// the route is a Consul key that every user of the namespace may write.
 	JobID     string     `json:"job_id"`
 	Group     string     `json:"group"`
 	Autoscale *Autoscale `json:"autoscale,omitempty"`

@@ -101,7 +101,7 @@ func WriteFileSD(path string, groups []TargetGroup) error {
 }
 
 // SyncConsulFileSD keeps dir/<service>.json, for each service (default:
-// gpujob-exporter and gpujob-gateway), the file_sd target file of the
+// gpujob-exporter and gpujob-gateway-admin), the file_sd target file of the
 // service's instances in Consul's catalog (ConsulTargetGroups), following
 // the catalog with blocking queries, until ctx ends (then it returns nil).
 // It writes each file (an empty list where Consul cannot be reached yet)

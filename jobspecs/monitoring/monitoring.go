@@ -28,7 +28,10 @@ const (
 	ConfigFile           = "prometheus.yml"           // file_sd (Debian's prometheus 2.42)
 	ConsulSDConfigFile   = "prometheus-consul-sd.yml" // consul_sd_configs (upstream builds)
 	ExporterService      = "gpujob-exporter"          // Consul service and scrape job of the exporters
-	GatewayService       = "gpujob-gateway"           // Consul service and scrape job of the gateways
+	// GatewayService is the Consul service of the gateways' admin
+	// listeners (/metrics is not on the port they route on) and their
+	// scrape job.
+	GatewayService = "gpujob-gateway-admin"
 	placeholderFileSDDir = "{{FILE_SD_DIR}}"
 	placeholderConsul    = "{{CONSUL_ADDR}}"
 	placeholderToken     = "{{CONSUL_TOKEN}}"

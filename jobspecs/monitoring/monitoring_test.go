@@ -447,7 +447,7 @@ func TestPrometheusLive(t *testing.T) {
 			got = append(got, tg.Labels["job"]+" "+tg.Labels["instance"]+" "+tg.Labels["consul_node"])
 		}
 		sort.Strings(got)
-		want := []string{"gpujob-exporter 127.0.0.1:1 node-1", "gpujob-gateway 127.0.0.1:2 node-2"}
+		want := []string{"gpujob-exporter 127.0.0.1:1 node-1", "gpujob-gateway-admin 127.0.0.1:2 node-2"}
 		if slices.Equal(got, want) {
 			break
 		}
@@ -742,9 +742,9 @@ func TestSyncConsulFileSD(t *testing.T) {
 			t.Fatalf("writes %q, want %q", got, want)
 		}
 	}
-	wait("gpujob-exporter 1", "gpujob-gateway 1")
+	wait("gpujob-exporter 1", "gpujob-gateway-admin 1")
 	close(change)
-	wait("gpujob-gateway 2") // the exporter's list did not change: no write
+	wait("gpujob-gateway-admin 2") // the exporter's list did not change: no write
 	var groups []TargetGroup
 	b, err := os.ReadFile(filepath.Join(dir, GatewayService+".json"))
 	if err != nil {

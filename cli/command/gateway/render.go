@@ -36,14 +36,17 @@ func newRenderCmd(f *factory.Factory) *cobra.Command {
 		Use:   "render",
 		Short: "Print the Nomad job that runs the gateways",
 		Long: `Render prints a Nomad service job running --count gateways (raw_exec, one per
-node on the static --port), registered in Consul as gpujob-gateway with a
-check on /-/healthz. It passes on the Consul and Nomad addresses and TLS
+node on the static --port, its admin listener, /metrics and /-/stats, on
+127.0.0.1 at the static --admin-port, or with --admin-public on the node's
+address behind the admin token of the gateways' variable), registered in
+Consul as gpujob-gateway with a check on /-/healthz, and the admin listener
+as gpujob-gateway-admin. It passes on the Consul and Nomad addresses and TLS
 files of this environment (CONSUL_HTTP_ADDR, NOMAD_ADDR, ...), never a token.
 
 On a cluster with ACLs or TLS, --secrets has the gateways read their Consul
 and Nomad tokens and Consul's TLS material from the Nomad variable
 nomad/jobs/gpujob-gateway (items consul_token, nomad_token, consul_ca_pem,
-consul_cert_pem, consul_key_pem, each optional) with their workload
+consul_cert_pem, consul_key_pem, admin_token, each optional) with their workload
 identity, hold them in memory, talk to Nomad through their Task API socket,
 and run as the user gpujob-gateway (replicas run as nobody). The tokens
 need the policies of jobspecs/acl/consul-gpujob-gateway.hcl and
@@ -80,6 +83,9 @@ nomad-gpujob-gateway.hcl.`,
 	cmd.Flags().StringVar(&g.Binary, "binary", "", "the gpujob `path` on the clients (default: this executable)")
 	cmd.Flags().IntVar(&g.Count, "count", 1, "gateways to run, one per node")
 	cmd.Flags().IntVar(&g.Port, "port", render.DefaultGatewayPort, "the static `port` they listen on")
+	cmd.Flags().IntVar(&g.AdminPort, "admin-port", 0, "the static `port` of their admin listener, on 127.0.0.1 (default --port + 1)")
+	cmd.Flags().BoolVar(&g.AdminPublic, "admin-public", false,
+		"the admin listener on the node's address, behind the admin_token of the gateways' variable (needs --secrets)")
 	cmd.Flags().StringVar(&g.User, "user", "", "the `user` they run as (default nobody; gpujob-gateway with --secrets)")
 	cmd.Flags().BoolVar(&g.Secrets, "secrets", false,
 		"read the gateways' tokens and TLS files from the Nomad variable "+render.GatewayVariable+" (a cluster with ACLs or TLS)")

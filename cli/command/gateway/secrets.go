@@ -8,17 +8,14 @@ import (
 
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/taskcreds"
 )
 
-// The items of the gateways' variable (render.GatewayVariable), each
-// optional.
-const (
-	itemConsulToken = "consul_token"
-	itemNomadToken  = "nomad_token"
-	itemConsulCA    = "consul_ca_pem"
-	itemConsulCert  = "consul_cert_pem"
-	itemConsulKey   = "consul_key_pem"
-)
+// itemAdminToken is the item of the gateways' variable
+// (render.GatewayVariable) that holds the bearer token of the gateway's
+// admin listener (/metrics, /-/stats), which it needs to listen beyond
+// loopback; the tokens and TLS material are taskcreds' items.
+const itemAdminToken = "admin_token"
 
 // credentials are what a gateway acts with: from its variable with
 // --secrets (render.EnvGatewaySecrets set), else from the environment.
@@ -27,13 +24,13 @@ type credentials struct {
 	// nomad makes a Nomad client for a namespace.
 	nomad func(ns string) (nomadapi.API, error)
 	from  string // for the log
+	// adminToken guards the admin listener; "" = none (loopback only).
+	adminToken string
 }
 
-// loadCredentials reads the variable the environment names, if any, with
-// the task's workload identity through its Task API socket, and keeps the
-// secrets in memory: Consul gets the token and TLS material from it, Nomad
-// is reached through the socket with the variable's token (the socket
-// needs no TLS file of the node).
+// loadCredentials reads the variable the environment names, if any (package
+// taskcreds): Consul gets the token and TLS material from it, Nomad is
+// reached through the Task API socket with the variable's token.
 func loadCredentials(envConsul func() (*consul.Client, error)) (*credentials, error) {
 	path := os.Getenv(render.EnvGatewaySecrets)
 	if path == "" {
@@ -44,39 +41,14 @@ func loadCredentials(envConsul func() (*consul.Client, error)) (*credentials, er
 		return &credentials{consul: c, from: "the environment",
 			nomad: func(ns string) (nomadapi.API, error) { return nomadapi.New(nomadapi.Options{Namespace: ns}) }}, nil
 	}
-	sock, jwt, err := nomadapi.TaskAPI()
+	creds, err := taskcreds.Load(path, "the gateway's",
+		fmt.Sprintf("put the gateways' tokens there (nomad var put %s consul_token=... nomad_token=...)", path))
 	if err != nil {
 		return nil, fmt.Errorf("%s is set: %w", render.EnvGatewaySecrets, err)
 	}
-	wi, err := nomadapi.New(nomadapi.Options{Socket: sock, Token: jwt})
+	c, err := creds.Consul()
 	if err != nil {
 		return nil, err
 	}
-	v, err := wi.Variable(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading the gateway's credentials (variable %s): %w", path, err)
-	}
-	if v == nil {
-		return nil, fmt.Errorf("no variable %s: put the gateways' tokens there (nomad var put %s consul_token=... nomad_token=...)", path, path)
-	}
-	cfg := consul.DefaultConfig()
-	cfg.Token = v.Items[itemConsulToken]
-	cfg.TLSConfig.CAPem, cfg.TLSConfig.CertPEM, cfg.TLSConfig.KeyPEM =
-		bytesOf(v.Items[itemConsulCA]), bytesOf(v.Items[itemConsulCert]), bytesOf(v.Items[itemConsulKey])
-	c, err := consul.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consul client (CONSUL_HTTP_ADDR): %w", err)
-	}
-	token := v.Items[itemNomadToken]
-	return &credentials{consul: c, from: "the variable " + path,
-		nomad: func(ns string) (nomadapi.API, error) {
-			return nomadapi.New(nomadapi.Options{Socket: sock, Token: token, Namespace: ns})
-		}}, nil
-}
-
-func bytesOf(s string) []byte {
-	if s == "" {
-		return nil
-	}
-	return []byte(s)
+	return &credentials{consul: c, from: "the variable " + path, adminToken: creds.Item(itemAdminToken), nomad: creds.Nomad}, nil
 }

@@ -242,7 +242,8 @@ func RouteOf(s *spec.Service, ns string) servekv.Route {
 		PathPrefix: s.Route.Path, Host: s.Route.Host, Auth: s.Route.Auth,
 		Timeout:    servekv.Duration(s.Route.Timeout),
 		QueueLimit: s.Route.QueueLimit, QueueTimeout: servekv.Duration(s.Route.QueueTimeout),
-		JobID: s.Name, Group: render.ServiceGroup,
+		MaxBodyBytes: s.Route.MaxBodyBytes,
+		JobID:        s.Name, Group: render.ServiceGroup,
 	}
 	if r.QueueLimit == 0 {
 		r.QueueLimit = -1 // the spec's "hold none"; the gateway's 0 is its default
@@ -257,8 +258,10 @@ func RouteOf(s *spec.Service, ns string) servekv.Route {
 	return r
 }
 
-// MetaRoute is the job meta that carries the route it was deployed with.
-const MetaRoute = "gpujob_route"
+// MetaRoute is the job meta that carries the route it was deployed with:
+// also the job's claim to the route, which the gateways and the autoscaler
+// check (servekv.JobRoute) before they send it traffic or scale it.
+const MetaRoute = servekv.JobMetaRoute
 
 // restoreRoute writes the route of the job's current version when that
 // version is no longer the one just deployed (a revert): it returns that

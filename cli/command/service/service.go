@@ -5,7 +5,10 @@ package service
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
@@ -85,6 +88,35 @@ func Store(f *factory.Factory) (servestore.Store, error) {
 // gatewayAddr is --gateway, else $GPUJOB_GATEWAY_ADDR, else DefaultGateway.
 func gatewayAddr(flag string) string {
 	return strings.TrimSuffix(firstOf(flag, os.Getenv(EnvGateway), DefaultGateway), "/")
+}
+
+// EnvGatewayAdmin is the gateway's admin address (its /metrics and
+// /-/stats; gpujob gateway run --admin-listen), for the traffic figures of
+// `service status` (--gateway-admin) and of `gpujob top`.
+const EnvGatewayAdmin = "GPUJOB_GATEWAY_ADMIN_ADDR"
+
+// EnvGatewayAdminToken is the bearer token of a gateway's admin listener
+// that asks for one.
+const EnvGatewayAdminToken = "GPUJOB_GATEWAY_ADMIN_TOKEN"
+
+// GatewayAdminAddr is the gateway's admin URL: flag, else
+// $GPUJOB_GATEWAY_ADMIN_ADDR, else the gateway's host on the port after
+// its own (where gpujob gateway render puts it; the admin listener is on
+// loopback by default, so that works on the gateway's node).
+func GatewayAdminAddr(flag, gateway string) string {
+	if a := firstOf(flag, os.Getenv(EnvGatewayAdmin)); a != "" {
+		return strings.TrimSuffix(a, "/")
+	}
+	u, err := url.Parse(gateway)
+	if err != nil || u.Port() == "" {
+		return gateway
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return gateway
+	}
+	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port+1))
+	return strings.TrimSuffix(u.String(), "/")
 }
 
 func addGatewayFlag(cmd *cobra.Command, dst *string) {

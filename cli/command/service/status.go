@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +24,7 @@ import (
 
 func newStatusCmd(f *factory.Factory) *cobra.Command {
 	var asJSON bool
-	var gateway string
+	var gateway, admin string
 	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a service's replicas by version and health, its deployment and its traffic",
@@ -39,7 +40,8 @@ requests per second, p50 and p99 latency, requests in flight and held.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			st, err := status(ctx, f, args[0], gatewayAddr(gateway))
+			gw := gatewayAddr(gateway)
+			st, err := status(ctx, f, args[0], gw, GatewayAdminAddr(admin, gw))
 			if err != nil {
 				return err
 			}
@@ -51,6 +53,8 @@ requests per second, p50 and p99 latency, requests in flight and held.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	addGatewayFlag(cmd, &gateway)
+	cmd.Flags().StringVar(&admin, "gateway-admin", "",
+		"the gateway's admin `URL`, for the traffic figures (default $"+EnvGatewayAdmin+", else the --gateway host on the port after its own)")
 	return cmd
 }
 
@@ -112,7 +116,7 @@ type DeploymentView struct {
 // Traffic is the gateway's figures for the service (its /-/stats).
 type Traffic = servekv.Stats
 
-func status(ctx context.Context, f *factory.Factory, name, gateway string) (*Status, error) {
+func status(ctx context.Context, f *factory.Factory, name, gateway, admin string) (*Status, error) {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return nil, err
@@ -195,7 +199,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway string) (*Sta
 		}
 		st.Deployment = v
 	}
-	st.Traffic, err = gatewayStats(ctx, gateway, ns, name)
+	st.Traffic, err = gatewayStats(ctx, admin, ns, name)
 	if err != nil {
 		st.TrafficError = err.Error()
 	}
@@ -232,25 +236,14 @@ func consulHealth(ctx context.Context, c *consul.Client, service, tag string) (m
 	return out, nil
 }
 
-// gatewayStats asks the gateway for the service's figures.
-func gatewayStats(ctx context.Context, gateway, ns, name string) (*Traffic, error) {
+// gatewayStats asks the gateway's admin listener for the service's
+// figures.
+func gatewayStats(ctx context.Context, admin, ns, name string) (*Traffic, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gateway+"/-/stats", nil)
+	all, err := GatewayStatsAt(ctx, admin)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the gateway at %s did not answer (set --gateway or %s): %v", gateway, EnvGateway, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the gateway at %s answered %s to /-/stats", gateway, resp.Status)
-	}
-	var all servekv.GatewayStats
-	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
-		return nil, fmt.Errorf("the gateway's /-/stats: %w", err)
 	}
 	s, ok := all.Services[servekv.LoadName(ns, name)]
 	if !ok {
@@ -290,4 +283,34 @@ func printStatus(w io.Writer, st *Status) error {
 		t.Row(gpujobs.ShortID(r.Alloc), r.Name, r.Version, r.Status, r.Health, canary, r.Node, r.Address)
 	}
 	return t.Flush()
+}
+
+// GatewayStatsAt reads the /-/stats of the gateway whose admin listener is
+// at admin (GatewayAdminAddr), with $GPUJOB_GATEWAY_ADMIN_TOKEN when it is
+// set: every service's figures of the last minute.
+func GatewayStatsAt(ctx context.Context, admin string) (*servekv.GatewayStats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/-/stats", nil)
+	if err != nil {
+		return nil, err
+	}
+	if tok := os.Getenv(EnvGatewayAdminToken); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("the gateway's admin listener at %s did not answer (set --gateway-admin or %s): %v", admin, EnvGatewayAdmin, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		hint := ""
+		if resp.StatusCode == http.StatusUnauthorized {
+			hint = " (set " + EnvGatewayAdminToken + " to its admin token)"
+		}
+		return nil, fmt.Errorf("the gateway's admin listener at %s answered %s to /-/stats%s", admin, resp.Status, hint)
+	}
+	var all servekv.GatewayStats
+	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
+		return nil, fmt.Errorf("the gateway's /-/stats: %w", err)
+	}
+	return &all, nil
 }

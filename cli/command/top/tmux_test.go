@@ -169,7 +169,7 @@ func TestTmux(t *testing.T) {
 		}
 	}
 	cmdline := "NOMAD_ADDR=" + srv.URL + " CONSUL_HTTP_ADDR=" + strings.TrimPrefix(srv.URL, "http://") +
-		" GPUJOB_GATEWAY_ADDR=" + srv.URL + " " + bin + " top --interval 1s; echo EXIT=$?"
+		" GPUJOB_GATEWAY_ADMIN_ADDR=" + srv.URL + " " + bin + " top --interval 1s; echo EXIT=$?"
 	waitFor("the shell's prompt", func(p string) bool { return strings.Contains(p, "$") })
 	if out, err := run("send-keys", "-t", "top", cmdline, "Enter"); err != nil {
 		t.Fatalf("send-keys: %v\n%s", err, out)

@@ -8,10 +8,8 @@ package top
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -31,6 +29,8 @@ type options struct {
 	once     bool
 	json     bool
 	gateway  string
+	// gatewayAdmin is the gateway's admin listener (its /-/stats).
+	gatewayAdmin string
 }
 
 // NewCmd returns the top command.
@@ -72,6 +72,8 @@ frame as plain text; -json prints the snapshot as JSON.`,
 	fl.BoolVar(&o.once, "once", false, "print one frame as plain text and exit")
 	fl.BoolVar(&o.json, "json", false, "print one snapshot as JSON and exit")
 	fl.StringVar(&o.gateway, "gateway", "", "the gpujob gateway's `URL` (default $"+service.EnvGateway+", else "+service.DefaultGateway+")")
+	fl.StringVar(&o.gatewayAdmin, "gateway-admin", "", "the gateway's admin listener `URL`, for its figures (default $"+service.EnvGatewayAdmin+
+		", else the --gateway host on the port after its own; $"+service.EnvGatewayAdminToken+" when it asks for a token)")
 	return cmd
 }
 
@@ -104,7 +106,7 @@ func run(ctx context.Context, f *factory.Factory, o *options) error {
 	if err != nil {
 		return err
 	}
-	stats := GatewayStats(gatewayAddr(o.gateway))
+	stats := GatewayStats(service.GatewayAdminAddr(o.gatewayAdmin, gatewayAddr(o.gateway)))
 	m := NewModel(src, stats, o.interval)
 	m.Cluster = cluster
 
@@ -155,25 +157,14 @@ func gatewayAddr(flag string) string {
 	return strings.TrimSuffix(firstOf(flag, os.Getenv(service.EnvGateway), service.DefaultGateway), "/")
 }
 
-// GatewayStats reads the gateway's /-/stats at addr, like `gpujob service
-// status`: its figures per service, by "<namespace>/<service>".
-func GatewayStats(addr string) ServiceStats {
+// GatewayStats reads the /-/stats of the gateway whose admin listener is at
+// admin, like `gpujob service status`: its figures per service, by
+// "<namespace>/<service>".
+func GatewayStats(admin string) ServiceStats {
 	return func(ctx context.Context) (map[string]servekv.Stats, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/-/stats", nil)
+		all, err := service.GatewayStatsAt(ctx, admin)
 		if err != nil {
 			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("the gateway at %s did not answer (set --gateway or %s)", addr, service.EnvGateway)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("the gateway at %s answered %s to /-/stats", addr, resp.Status)
-		}
-		var all servekv.GatewayStats
-		if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
-			return nil, fmt.Errorf("the gateway's /-/stats: %w", err)
 		}
 		return all.Services, nil
 	}

@@ -80,7 +80,7 @@ func checkPlainFrame(t *testing.T, out string) {
 func TestPlainTextWithoutTTY(t *testing.T) {
 	src := newFakeSource(fixture(1, 2))
 	withSource(t, src)
-	out, errOut, err := execute(t, false, "--gateway", gateway(t))
+	out, errOut, err := execute(t, false, "--gateway-admin", gateway(t))
 	if err != nil {
 		t.Fatalf("exit: %v (stderr %q)", err, errOut)
 	}
@@ -92,7 +92,7 @@ func TestPlainTextWithoutTTY(t *testing.T) {
 
 func TestOnceOnATTY(t *testing.T) {
 	withSource(t, newFakeSource(fixture(1, 2)))
-	out, _, err := execute(t, true, "--once", "--gateway", gateway(t))
+	out, _, err := execute(t, true, "--once", "--gateway-admin", gateway(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -88,5 +89,45 @@ func TestSummarizeAddedOverDirectPerRound(t *testing.T) {
 	}
 	if md := r.markdown(); !strings.Contains(md, "| gateway | 70 (50–90)") {
 		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// recovery is the first whole second after the attack from which the
+// requests' p99 (over the rest of the window, at least 5 s of it) is under
+// the bound and none failed.
+func TestAttackRecovery(t *testing.T) {
+	end := time.Unix(1000, 0)
+	stop := end.Add(10 * time.Second)
+	at := func(s float64, lat time.Duration, ok bool) legitResult {
+		return legitResult{start: end.Add(time.Duration(s * float64(time.Second))), lat: lat, ok: ok}
+	}
+	slow, fast := 200*time.Millisecond, 20*time.Millisecond
+	var rs []legitResult
+	for i := 0; i < 10; i++ {
+		lat := fast
+		if i < 2 {
+			lat = slow
+		}
+		for j := 0; j < 50; j++ {
+			rs = append(rs, at(float64(i)+float64(j)/50, lat, true))
+		}
+	}
+	if got := recovery(rs, end, stop, 30); got != 2 {
+		t.Errorf("slow for 2 s: recovery %v, want 2", got)
+	}
+	// One slow request in a later second does not move a 5-s p99.
+	rs = append(rs, at(7.5, slow, true))
+	if got := recovery(rs, end, stop, 30); got != 2 {
+		t.Errorf("one slow request at 7.5 s: recovery %v, want 2", got)
+	}
+	rs = append(rs, at(3.5, fast, false))
+	if got := recovery(rs, end, stop, 30); got != 4 {
+		t.Errorf("a failure at 3.5 s: recovery %v, want 4", got)
+	}
+	if got := recovery(rs, end, stop, 1); got != -1 {
+		t.Errorf("never under 1 ms: recovery %v, want -1", got)
+	}
+	if got := recovery(rs, end, end.Add(4*time.Second), 30); got != -1 {
+		t.Errorf("a 4-s window: recovery %v, want -1 (too short to judge)", got)
 	}
 }

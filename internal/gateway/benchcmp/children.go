@@ -102,9 +102,10 @@ func runBackendRole(c childOptions) {
 }
 
 // runGatewayRole runs the gateway as `gpujob gateway run --no-autoscale`
-// does (gateway.New, Run, an http.Server with its timeouts), against
-// c.consul, with the default KV prefix; net/http/pprof listens apart. It
-// prints READY <gateway> <pprof> and runs until SIGTERM.
+// does (gateway.New, Run, its Server and AdminServer), against c.consul,
+// with the default KV prefix and a Nomad of its own that vouches for the
+// replicas at c.replicas; net/http/pprof listens apart. It prints READY
+// <gateway> <pprof> <GOMAXPROCS> <admin> and runs until SIGTERM.
 func runGatewayRole(c childOptions) {
 	logger := log.New(os.Stderr, "gateway: ", log.LstdFlags|log.Lmicroseconds|log.Lmsgprefix)
 	cfg := consulapi.DefaultConfig()
@@ -113,7 +114,8 @@ func runGatewayRole(c childOptions) {
 	if err != nil {
 		logger.Fatal(err)
 	}
-	g, err := gw.New(gw.Config{Consul: client, Prefix: servekv.DefaultPrefix, ID: "bench-gateway", Logf: logger.Printf})
+	g, err := gw.New(gw.Config{Consul: client, Nomad: newBenchNomad(c.replicas), Prefix: servekv.DefaultPrefix,
+		ID: "bench-gateway", Logf: logger.Printf})
 	if err != nil {
 		logger.Fatal(err)
 	}
@@ -132,10 +134,15 @@ func runGatewayRole(c childOptions) {
 	if err != nil {
 		logger.Fatal(err)
 	}
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		logger.Fatal(err)
+	}
 	go func() { logger.Fatal(http.Serve(pl, http.DefaultServeMux)) }()
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	srv := g.Server()
 	go func() { logger.Fatal(srv.Serve(l)) }()
-	fmt.Printf("%s %s %s %d\n", childReadyLine, l.Addr(), pl.Addr(), runtime.GOMAXPROCS(0))
+	go func() { logger.Fatal(g.AdminServer("").Serve(al)) }()
+	fmt.Printf("%s %s %s %d %s\n", childReadyLine, l.Addr(), pl.Addr(), runtime.GOMAXPROCS(0), al.Addr())
 	waitSignal()
 }
 

@@ -57,14 +57,19 @@ import (
 
 // The names the benchmark's service goes by.
 const (
-	benchNS        = "bench"
-	benchService   = "echo"
-	consulService  = "gpujob-bench-echo"
-	routeTag       = "gpujob-ns=bench"
-	routePrefix    = "/bench"
-	requestPath    = "/bench/predict"
-	versionTag     = "gpujob-version=v1"
-	replicaIDFmt   = "gpujob-bench-echo-r%d"
+	benchNS       = "bench"
+	benchService  = "echo"
+	consulService = "gpujob-bench-echo"
+	routeTag      = "gpujob-ns=bench"
+	routePrefix   = "/bench"
+	requestPath   = "/bench/predict"
+	versionTag    = "gpujob-version=v1"
+	// replicaIDFmt and allocIDFmt name replica i as Nomad would register
+	// the allocation of a job: the gateway admits only those (admission).
+	replicaIDFmt   = "_nomad-task-" + allocIDFmt + "-replica-gpujob-bench-echo-http"
+	allocIDFmt     = "00000000-0000-4000-8000-%012d"
+	benchJob       = "bench-echo"
+	benchGroup     = "replica"
 	checkIDFmt     = "gpujob-bench-echo-r%d-ttl"
 	defaultRounds  = 5
 	requestBody    = `{"inputs":"The quick brown fox jumps over the lazy dog","parameters":{"max_new_tokens":1}}`
@@ -76,6 +81,11 @@ const (
 )
 
 type options struct {
+	// attack runs the attack benchmark (attack.go) instead of the
+	// comparison.
+	attack      bool
+	ao          attackOptions
+	gatewayBin  string
 	rounds      int
 	duration    time.Duration
 	warmup      time.Duration
@@ -110,10 +120,26 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile", "", "write a CPU profile of the gateway during each gateway window into this directory (a diagnostic run: profiling costs the gateway CPU)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (HAProxy config, child logs)")
 	flag.StringVar(&o.altGateway, "alt-gateway", "", "a benchcmp `binary` built from another revision: its gateway is one more arm, gateway-alt (to measure a change of internal/gateway in the same run)")
+	flag.StringVar(&o.gatewayBin, "gateway-bin", "", "a benchcmp `binary` of another revision whose gateway is the one measured (the attack benchmark of the gateway before a change)")
+	flag.BoolVar(&o.attack, "attack", false, "run the attack benchmark instead: the gateway under slow uploads and a slowloris while legitimate load flows")
+	flag.IntVar(&o.ao.legitRPS, "legit-rps", 50, "attack: legitimate requests a second")
+	flag.IntVar(&o.ao.uploads, "attack-uploads", 300, "attack: concurrent slow uploads")
+	flag.Int64Var(&o.ao.body, "attack-body", 10_000_000, "attack: each upload's Content-Length")
+	flag.IntVar(&o.ao.slowloris, "attack-slowloris", 500, "attack: slowloris connections")
+	flag.DurationVar(&o.ao.attackFor, "attack-for", 15*time.Second, "attack: how long it lasts")
+	flag.DurationVar(&o.ao.before, "attack-before", 3*time.Second, "attack: legitimate load before it")
+	flag.DurationVar(&o.ao.recovery, "attack-after", 10*time.Second, "attack: legitimate load after it (the recovery window)")
+	flag.DurationVar(&o.ao.anchorFor, "anchor-for", 10*time.Second, "attack: the anchor's legitimate load, without attack")
+	flag.IntVar(&o.ao.rssCapMiB, "rss-cap", 256, "attack: the gateway's RSS target, MiB")
+	flag.DurationVar(&o.ao.recoverySLO, "recovery-slo", 5*time.Second, "attack: the recovery target after the attack ends")
 	// The children's flags.
 	var c childOptions
 	flag.StringVar(&c.consul, "consul", "", "internal: Consul's address (gateway)")
 	flag.StringVar(&c.names, "names", "r1,r2", "internal: the replicas' names (backend)")
+	// The replicas the gateway child's Nomad vouches for come in the
+	// environment, which a benchcmp of an older revision (-alt-gateway,
+	// -gateway-bin) ignores, where a flag would fail it.
+	c.replicas = os.Getenv("BENCHCMP_REPLICAS")
 	flag.Parse()
 
 	switch *role {
@@ -127,6 +153,12 @@ func main() {
 	case "":
 	default:
 		fatalf("unknown -role %q", *role)
+	}
+	if o.attack {
+		o.haproxy, o.altGateway, o.poolReps = "none", "", 0
+		if o.ao.legitRPS < 1 || o.ao.uploads < 0 || o.ao.slowloris < 0 || o.ao.body < 1 || o.ao.attackFor <= 0 || o.ao.recovery < time.Second {
+			fatalf("--legit-rps must be >= 1, --attack-uploads and --attack-slowloris >= 0, --attack-body >= 1, --attack-for > 0 and --attack-after >= 1s")
+		}
 	}
 	if o.rounds < 1 || o.conns < 2 || o.duration <= 0 {
 		fatalf("--rounds must be >= 1, --conns >= 2 and --duration > 0")
@@ -169,6 +201,7 @@ func main() {
 type childOptions struct {
 	consul      string
 	names       string
+	replicas    string
 	serviceTime time.Duration
 }
 
@@ -191,6 +224,7 @@ type env struct {
 	backends []string // the replicas' host:port
 	backCtl  string   // the backend process's control address
 	gwAddr   string
+	gwAdmin  string // its admin listener (/metrics)
 	gwPprof  string
 	gwProcs  int    // the gateway's GOMAXPROCS
 	altAddr  string // the -alt-gateway's gateway
@@ -237,6 +271,9 @@ func run(o options) (err error) {
 			e.dumpLogs()
 		}
 		return err
+	}
+	if o.attack {
+		return e.runAttackBench(o.ao)
 	}
 	res := &results{
 		Config: resultConfig{
@@ -328,6 +365,9 @@ func (e *env) setUp() error {
 	if err != nil {
 		return err
 	}
+	if e.o.gatewayBin != "" {
+		self = e.o.gatewayBin
+	}
 	gw, err := e.startProxy("gateway", self, "-role", "gateway", "-consul", e.consul.Addr)
 	if err != nil {
 		return err
@@ -337,6 +377,10 @@ func (e *env) setUp() error {
 	}
 	e.gwAddr, e.gwPprof = gw.ready[0], gw.ready[1]
 	e.gwProcs, _ = strconv.Atoi(gw.ready[2])
+	e.gwAdmin = e.gwAddr // a gateway from before the admin listener
+	if len(gw.ready) > 3 {
+		e.gwAdmin = gw.ready[3]
+	}
 	logf("gateway on %s (pprof %s, GOMAXPROCS %d)", e.gwAddr, e.gwPprof, e.gwProcs)
 	if err := e.waitBothReplicas(e.gwAddr, "gateway"); err != nil {
 		return err
@@ -388,7 +432,7 @@ func (e *env) register() error {
 	route := servekv.Route{
 		Namespace: benchNS, Service: benchService, ConsulService: consulService, Tag: routeTag,
 		PathPrefix: routePrefix, Auth: true, Timeout: servekv.Duration(30 * time.Second),
-		JobID: "bench-echo", Group: "replica",
+		JobID: benchJob, Group: benchGroup,
 	}
 	rb, _ := json.Marshal(route)
 	kv := e.client.KV()
@@ -512,6 +556,7 @@ func (e *env) startProcess(name, bin string, args []string, waitReady bool) (*ch
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "BENCHCMP_REPLICAS="+strings.Join(e.backends, ","))
 	cmd.Stderr = lf
 	var stdout io.ReadCloser
 	if waitReady {

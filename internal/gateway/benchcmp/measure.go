@@ -439,7 +439,7 @@ func (e *env) measurePool() (*poolResult, error) {
 // gatewayEndpoints is the sum of the gateway's gpujob_gateway_endpoints
 // gauges (the benchmark routes one service).
 func (e *env) gatewayEndpoints(c *http.Client) (int, error) {
-	resp, err := c.Get("http://" + e.gwAddr + "/metrics")
+	resp, err := c.Get("http://" + e.gwAdmin + "/metrics")
 	if err != nil {
 		return 0, err
 	}

@@ -1,5 +1,5 @@
 // Command gpujob-consul-sd keeps Prometheus file_sd target files of the
-// Consul services gpujob-exporter and gpujob-gateway (for the Prometheus of
+// Consul services gpujob-exporter and gpujob-gateway-admin (for the Prometheus of
 // jobspecs/monitoring/prometheus.yml, built without Consul service
 // discovery, as Debian's 2.42):
 //
