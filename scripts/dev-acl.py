@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
 """Bootstraps the ACLs of a dev cluster started by scripts/dev-up.sh.
 
-  dev-acl.py consul STATE_DIR CONSUL_URL REPO NODE...
+  dev-acl.py consul STATE_DIR CONSUL_URL POLICY_DIR NODE...
       Waits for the management token (Consul's first leader creates it from
       the servers' acl.tokens.initial_management), applies the Consul
-      policies of jobspecs/acl/, and creates each token with the secret
-      dev-up made for it: the agents' own (a node identity each; NODE... are
-      the agents' node names, in the order of their secrets), the Nomad
-      agents', the task driver's, a gpujob user's for sweeps and for
-      services, the gateways'.
-  dev-acl.py nomad STATE_DIR NOMAD_URL REPO
+      policies in POLICY_DIR, and creates each token with the secret dev-up
+      made for it: the agents' own (a node identity each; NODE... are the
+      agents' node names, in the order of their secrets), the Nomad agents',
+      the task driver's, a gpujob user's for the sweeps and for the services
+      of the namespace "default", the gateways', the exporters'.
+  dev-acl.py nomad STATE_DIR NOMAD_URL POLICY_DIR
       Bootstraps Nomad's ACLs with the management secret dev-up made,
-      applies the Nomad policies of jobspecs/acl/, and creates the submit,
-      read-only and gateway tokens (Nomad picks their secrets; they are saved).
+      applies the Nomad policies in POLICY_DIR, and creates the submit,
+      read-only, gateway and exporter tokens (Nomad picks their secrets;
+      they are saved).
   dev-acl.py gateway STATE_DIR NOMAD_URL ACL TLS
       Writes the gateways' tokens (ACL 1) and TLS material (TLS 1) into the
       Nomad variable nomad/jobs/gpujob-gateway.
+  dev-acl.py exporter STATE_DIR NOMAD_URL ACL TLS
+      The same for the exporters: nomad/jobs/gpujob-exporter.
+
+POLICY_DIR holds the policies as `gpujob acl policy NAME --namespace default`
+prints them, in NAME.hcl (dev-up renders them): those of a namespace's users
+are templates of the namespace (jobspecs/acl/).
 
 Secrets are read from and written to STATE_DIR/secrets; they never appear
 on a command line. With TLS (STATE_DIR/tls exists) the requests verify the
@@ -87,20 +94,21 @@ def save(secrets, name, secret, header):
         os.umask(old)
 
 
-def consul(state, url, repo, nodes):
+def consul(state, url, policy_dir, nodes):
     secrets = os.path.join(state, "secrets")
     api = API(url, "X-Consul-Token", os.path.join(secrets, "consul-management.token"),
               os.path.join(state, "tls"), "consul")
     api.retry("waiting for Consul's management token", "GET", "/v1/acl/token/self")
     policies = {
-        "gpujob-driver": ("consul-gpujob-driver.hcl", "gpujob task driver: the supervisors' rendezvous"),
-        "gpujob-nomad-agent": ("consul-nomad-agent.hcl", "Nomad agents' Consul integration"),
-        "gpujob-sweeps": ("consul-gpujob-sweeps.hcl", "gpujob user: sweep status, best, report, stop"),
-        "gpujob-services": ("consul-gpujob-services.hcl", "gpujob user: service deploy, status, stop; tokens"),
-        "gpujob-gateway": ("consul-gpujob-gateway.hcl", "gpujob gateways: routes, tokens, health, load reports"),
+        "gpujob-driver": ("consul-driver", "gpujob task driver: the supervisors' rendezvous"),
+        "gpujob-nomad-agent": ("consul-nomad-agent", "Nomad agents' Consul integration"),
+        "gpujob-sweeps": ("consul-sweeps", "gpujob user in namespace default: sweep status, best, report, stop"),
+        "gpujob-services": ("consul-services", "gpujob user in namespace default: service deploy, status, stop; tokens"),
+        "gpujob-gateway": ("consul-gateway", "gpujob gateways: routes, tokens, health, load reports"),
+        "gpujob-exporter": ("consul-exporter", "gpujob exporters: read the sweeps"),
     }
-    for name, (path, desc) in policies.items():
-        rules = read(os.path.join(repo, "jobspecs", "acl", path))
+    for name, (policy, desc) in policies.items():
+        rules = read(os.path.join(policy_dir, policy + ".hcl"))
         api.retry("creating the Consul policy " + name, "PUT", "/v1/acl/policy",
                   {"Name": name, "Description": desc, "Rules": rules})
     agents = ["consul-agent-server-%d" % (i + 1) for i in range(len(nodes))]
@@ -119,6 +127,7 @@ def consul(state, url, repo, nodes):
         ("consul-sweeps", "gpujob-sweeps", "gpujob user: sweeps (CONSUL_HTTP_TOKEN)"),
         ("consul-services", "gpujob-services", "gpujob user: services (CONSUL_HTTP_TOKEN)"),
         ("consul-gateway", "gpujob-gateway", "gpujob gateways (the variable nomad/jobs/gpujob-gateway)"),
+        ("consul-exporter", "gpujob-exporter", "gpujob exporters (the variable nomad/jobs/gpujob-exporter)"),
     ]:
         api.retry("creating the Consul token " + secret_name, "PUT", "/v1/acl/token", {
             "SecretID": read(os.path.join(secrets, secret_name + ".token")),
@@ -127,23 +136,24 @@ def consul(state, url, repo, nodes):
         })
 
 
-def nomad(state, url, repo):
+def nomad(state, url, policy_dir):
     secrets = os.path.join(state, "secrets")
     api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
     management = read(os.path.join(secrets, "nomad-management.token"))
     api.retry("bootstrapping Nomad's ACLs", "POST", "/v1/acl/bootstrap", {"BootstrapSecret": management}, token=False)
     api.token = management
     policies = {
-        "gpujob-submit": ("nomad-submit.hcl", "gpujob: submit, watch, logs and stop training jobs"),
-        "gpujob-readonly": ("nomad-readonly.hcl", "gpujob: gpus, status, list and logs, read only"),
-        "gpujob-gateway": ("nomad-gpujob-gateway.hcl", "gpujob gateways: scale services"),
+        "gpujob-submit": ("nomad-submit", "gpujob in namespace default: submit, watch, logs and stop training jobs"),
+        "gpujob-readonly": ("nomad-readonly", "gpujob in namespace default: gpus, status, list and logs, read only"),
+        "gpujob-gateway": ("nomad-gateway", "gpujob gateways: scale services"),
+        "gpujob-exporter": ("nomad-exporter", "gpujob exporters: read nodes, jobs, allocations, logs"),
     }
-    for name, (path, desc) in policies.items():
-        rules = read(os.path.join(repo, "jobspecs", "acl", path))
+    for name, (policy, desc) in policies.items():
+        rules = read(os.path.join(policy_dir, policy + ".hcl"))
         api.retry("creating the Nomad policy " + name, "POST", "/v1/acl/policy/" + name,
                   {"Name": name, "Description": desc, "Rules": rules})
     for secret_name, policy in [("nomad-submit", "gpujob-submit"), ("nomad-readonly", "gpujob-readonly"),
-                                ("nomad-gateway", "gpujob-gateway")]:
+                                ("nomad-gateway", "gpujob-gateway"), ("nomad-exporter", "gpujob-exporter")]:
         tok = api.retry("creating the Nomad token " + secret_name, "POST", "/v1/acl/token",
                         {"Name": secret_name, "Type": "client", "Policies": [policy]})
         save(secrets, secret_name, tok["SecretID"], "X-Nomad-Token")
@@ -174,6 +184,27 @@ def gateway(state, url, acl, tls):
               {"Namespace": "default", "Path": path, "Items": items})
 
 
+def exporter(state, url, acl, tls):
+    """Writes the exporters' tokens and TLS material into the Nomad
+    variable nomad/jobs/gpujob-exporter, which the exporter job reads
+    (gpujob exporter render --secrets): the gateways' way."""
+    secrets = os.path.join(state, "secrets")
+    api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
+    items = {}
+    if acl == "1":
+        api.token = read(os.path.join(secrets, "nomad-management.token"))
+        items["consul_token"] = read(os.path.join(secrets, "consul-exporter.token"))
+        items["nomad_token"] = read(os.path.join(secrets, "nomad-exporter.token"))
+    if tls == "1":
+        t = os.path.join(state, "tls")
+        for item, f in [("consul_ca_pem", "consul-ca.pem"), ("consul_cert_pem", "consul-cli.pem"),
+                        ("consul_key_pem", "consul-cli-key.pem")]:
+            items[item] = read(os.path.join(t, f)) + "\n"
+    path = "nomad/jobs/gpujob-exporter"
+    api.retry("writing the variable " + path, "PUT", "/v1/var/" + path,
+              {"Namespace": "default", "Path": path, "Items": items})
+
+
 def main(argv):
     if len(argv) >= 5 and argv[1] == "consul":
         consul(argv[2], argv[3], argv[4], argv[5:])
@@ -181,6 +212,8 @@ def main(argv):
         nomad(argv[2], argv[3], argv[4])
     elif len(argv) == 6 and argv[1] == "gateway":
         gateway(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) == 6 and argv[1] == "exporter":
+        exporter(argv[2], argv[3], argv[4], argv[5])
     else:
         sys.exit(__doc__)
 

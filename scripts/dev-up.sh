@@ -55,8 +55,9 @@
 #                           (gpujob gateway render), on GPUJOB_DEV_GATEWAY_PORT (8080)
 #   GPUJOB_DEV_EXPORTER     0: no gpujob exporter; 1 (the default): run it as a Nomad system
 #                           job (gpujob exporter render) on GPUJOB_DEV_EXPORTER_PORT (9400)
-#                           with one client, on a port Nomad picks with several; not with
-#                           ACLs or TLS (the exporters would need credentials of their own)
+#                           with one client, on a port Nomad picks with several; with ACLs
+#                           or TLS as the user gpujob-exporter, with read-only tokens of its
+#                           own from the variable nomad/jobs/gpujob-exporter (--secrets)
 #   GPUJOB_DEV_DYN_PORTS_PER_CLIENT  dynamic task ports per client (1000)
 #   GPUJOB_DEV_CPU_MHZ      the CPU every client offers Nomad, in MHz (cpu_total_compute);
 #                           empty (the default): what Nomad fingerprints, cores x clock, the
@@ -360,6 +361,16 @@ if ((acl)) && ! id gpujob-sweep >/dev/null 2>&1; then
 			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-sweep" >&2
 	fi
 fi
+# So do the exporters, with ACLs or TLS (cli/render.DefaultExporterUser).
+if ((acl || tls)) && ((exporter)) && ! id gpujob-exporter >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
+		useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin gpujob-exporter ||
+			die "could not create the user gpujob-exporter (the exporters' user with ACLs or TLS)"
+	else
+		echo "dev-up: warning: no user gpujob-exporter: with ACLs or TLS, the exporters run as it; create it as root:" \
+			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-exporter" >&2
+	fi
+fi
 # With ACLs the gateways hold tokens too: a user of their own, for the same
 # reason (cli/render.DefaultGatewayUser).
 if ((acl && gateway)) && ! id gpujob-gateway >/dev/null 2>&1; then
@@ -502,15 +513,26 @@ if ((acl)); then
 	((consul_servers == 1)) || save_secret consul-agent-client "$(new_secret)"
 	save_secret consul-nomad "$(new_secret)"
 	save_secret consul-driver "$(new_secret)"
-	# A gpujob user's Consul token for sweeps (status, best, stop).
+	# A gpujob user's Consul tokens for the sweeps and the services of the
+	# namespace "default" (status, best, stop; deploy, tokens).
 	save_secret consul-sweeps "$(new_secret)"
 	save_secret consul-services "$(new_secret)"
 	save_secret consul-gateway "$(new_secret)"
+	# The exporters' (read the sweeps).
+	save_secret consul-exporter "$(new_secret)"
 	# Nomad's bootstrap token; the submit and read-only tokens are made by
 	# Nomad (scripts/dev-acl.py saves them).
 	save_secret nomad-management "$(new_secret)"
 	# The rendered configs hold agent tokens.
 	chmod 700 "$dir/config"
+	# The policies: gpujob renders them (those of a namespace's users for
+	# the namespace "default"), dev-acl.py applies what it rendered.
+	[ -x "$dir/bin/gpujob" ] || die "GPUJOB_DEV_ACL=1 needs $plugin_src/gpujob (make build): it renders the ACL policies (gpujob acl policy)"
+	mkdir -p "$dir/acl"
+	for policy in $("$dir/bin/gpujob" acl policy | awk 'NR > 1 { print $1 }'); do
+		"$dir/bin/gpujob" acl policy "$policy" --namespace default >"$dir/acl/$policy.hcl" ||
+			die "gpujob acl policy $policy failed"
+	done
 fi
 if ((tls)); then make_certs; fi
 
@@ -1049,7 +1071,7 @@ if ((acl)); then
 		if ((consul_servers == 1)); then consul_nodes+=(gpujob-dev); else consul_nodes+=("gpujob-dev-consul-$i"); fi
 	done
 	((consul_servers == 1)) || consul_nodes+=(gpujob-dev)
-	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" consul "$dir" "$consul_url" "$repo" "${consul_nodes[@]}" ||
+	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" consul "$dir" "$consul_url" "$dir/acl" "${consul_nodes[@]}" ||
 		fail "$consul_http_agent" "bootstrapping Consul's ACLs failed"
 fi
 wait_for "Consul's node gpujob-dev to be healthy" "$consul_http_agent" gpujob_consul_node_healthy "$consul_url" gpujob-dev "${consul_curl[@]}"
@@ -1077,7 +1099,7 @@ have_plugin nomad-driver-gpujob && drivers+=" gpujob"
 wait_for "a Nomad leader" nomad-server gpujob_has_leader "$nomad_addr" "${nomad_tls_curl[@]}"
 if ((acl)); then
 	log "bootstrapping Nomad's ACLs"
-	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" nomad "$dir" "$nomad_addr" "$repo" ||
+	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" nomad "$dir" "$nomad_addr" "$dir/acl" ||
 		fail nomad-server "bootstrapping Nomad's ACLs failed"
 fi
 wait_for "$clients ready Nomad client(s)" @lagging clients_ready
@@ -1116,28 +1138,36 @@ fi
 # ---- the gpujob exporter ----------------------------------------------------------
 
 # One exporter per client (a system job). They need only read access to
-# Nomad and Consul, which a cluster with ACLs or TLS would have to give
-# them: there they are left out.
+# Nomad and Consul: with ACLs or TLS, read-only tokens of their own and the
+# CLI's Consul certificate, which they read from the variable
+# nomad/jobs/gpujob-exporter with their workload identity (--secrets).
 exporters_healthy() {
 	local n
-	n=$(curl -fsS --max-time 2 "http://$consul_env_addr/v1/health/service/gpujob-exporter?passing" 2>/dev/null |
+	n=$(curl -fsS --max-time 2 "${consul_curl[@]}" "$consul_url/v1/health/service/gpujob-exporter?passing" 2>/dev/null |
 		"$py" -c 'import json,sys; print(len(json.load(sys.stdin)))' 2>/dev/null) || return 1
 	[ "$n" = "$clients" ]
 }
-if ((exporter)) && ((acl || tls)); then
-	log "no gpujob exporter: with ACLs or TLS it would need credentials of its own (see jobspecs/monitoring/README.md)"
-	exporter=0
-fi
 if ((exporter)) && [ -x "$dir/bin/gpujob" ]; then
 	# One client: DCGM's port (plus the offset); several share 127.0.0.1,
 	# so Nomad picks each one's port and Prometheus finds them in Consul.
 	eport=$exporter_port
 	((clients == 1)) || eport=0
 	log "starting the gpujob exporter (port ${eport/#0/dynamic})"
-	NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_env_addr" \
-		"$dir/bin/gpujob" exporter render --binary "$dir/bin/gpujob" --port "$eport" >"$dir/config/exporter.nomad.hcl" ||
+	exporter_args=(exporter render --binary "$dir/bin/gpujob" --port "$eport")
+	# Registering it takes what registering the gateway takes (gateway_env).
+	exporter_env=(NOMAD_ADDR="$nomad_addr" CONSUL_HTTP_ADDR="$consul_env_addr")
+	if ((tls)); then
+		exporter_env+=(NOMAD_CACERT="$nomad_ca" NOMAD_CLIENT_CERT="$nomad_cli_cert" NOMAD_CLIENT_KEY="$nomad_cli_key")
+	fi
+	((acl == 0)) || exporter_env+=(NOMAD_TOKEN="$(token_of nomad-management)")
+	if ((acl || tls)); then
+		exporter_args+=(--secrets)
+		GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" exporter "$dir" "$nomad_addr" "$acl" "$tls" ||
+			fail nomad-server "writing the exporter's variable failed"
+	fi
+	env "${exporter_env[@]}" "$dir/bin/gpujob" "${exporter_args[@]}" >"$dir/config/exporter.nomad.hcl" ||
 		die "gpujob exporter render failed"
-	NOMAD_ADDR="$nomad_addr" "$nomad" job run -detach "$dir/config/exporter.nomad.hcl" >"$dir/logs/exporter-register.log" 2>&1 ||
+	env "${exporter_env[@]}" "$nomad" job run -detach "$dir/config/exporter.nomad.hcl" >"$dir/logs/exporter-register.log" 2>&1 ||
 		fail nomad-server "registering the exporter job failed: $(cat "$dir/logs/exporter-register.log")"
 	wait_for "the gpujob exporters in Consul" nomad-client-1 exporters_healthy
 fi
@@ -1179,6 +1209,7 @@ EOF
 	fi
 	if ((gateway)); then
 		echo "export GPUJOB_GATEWAY_ADDR='http://127.0.0.1:$gateway_port'"
+		echo "export GPUJOB_GATEWAY_ADMIN_ADDR='http://127.0.0.1:$((gateway_port + 1))'"
 	fi
 	if ((docker)); then
 		cat <<EOF
@@ -1255,7 +1286,7 @@ gpujob dev cluster is up in ${startup}s: $clients client(s), $consul_servers Con
   security: $security
 EOF
 if ((gateway)); then
-	echo "  Gateway http://127.0.0.1:$gateway_port  (gpujob service deploy; metrics at /metrics)"
+	echo "  Gateway http://127.0.0.1:$gateway_port  (gpujob service deploy; /metrics and /-/stats at http://127.0.0.1:$((gateway_port + 1)))"
 fi
 if ((docker)); then
 	echo "  Docker  unix://$docker_sock  (dockerd $("$docker_cli" -H "unix://$docker_sock" version --format '{{.Server.Version}}' 2>/dev/null), data-root $docker_root)"

@@ -15,7 +15,10 @@ const (
 	MetaKindExporter = "exporter"
 	ExporterJob      = "gpujob-exporter"
 	ExporterGroup    = "exporter"
-	ExporterTask     = "exporter"
+	// ExporterTask is short: its Task API socket,
+	// <data_dir>/alloc/<alloc ID>/<task>/secrets/api.sock, must fit the
+	// 107 bytes of a unix socket's path, and Nomad skips it otherwise.
+	ExporterTask = "exp"
 	// ExporterService is the exporters' Consul service: what Prometheus
 	// discovers them by.
 	ExporterService = "gpujob-exporter"
@@ -23,6 +26,25 @@ const (
 	// written for it find gpujob's.
 	DefaultExporterPort = 9400
 )
+
+// ExporterVariable is the Nomad variable an exporter job with Secrets
+// reads: its own job's path, which its tasks may read without any policy.
+const ExporterVariable = "nomad/jobs/" + ExporterJob
+
+// EnvExporterSecrets names the variable an exporter reads its credentials
+// from (gpujob exporter run).
+const EnvExporterSecrets = "GPUJOB_EXPORTER_SECRETS"
+
+// DefaultExporterUser is who the exporters run as: nobody, or, holding
+// tokens, a user of their own: the gpujob driver's ranks run as nobody,
+// and a process of the same user could read the exporter's identity file,
+// reach its Task API socket or trace it.
+func DefaultExporterUser(secrets bool) string {
+	if secrets {
+		return "gpujob-exporter"
+	}
+	return "nobody"
+}
 
 // Exporter describes the exporter's job.
 type Exporter struct {
@@ -38,6 +60,11 @@ type Exporter struct {
 	Datacenters []string
 	NodePool    string
 	Namespace   string
+	// Secrets has the exporters read their tokens and Consul TLS material
+	// from the Nomad variable ExporterVariable with their workload
+	// identity, through their Task API socket (a cluster with ACLs or
+	// TLS): EnvExporterSecrets names it.
+	Secrets bool
 }
 
 // ExporterJobspec renders the system job that runs one exporter per node
@@ -67,7 +94,7 @@ func ExporterJobspec(e Exporter) ([]byte, error) {
 
 	task := group.AppendNewBlock("task", []string{ExporterTask}).Body()
 	task.SetAttributeValue("driver", cty.StringVal("raw_exec"))
-	task.SetAttributeValue("user", cty.StringVal(firstNonEmpty(e.User, "nobody")))
+	task.SetAttributeValue("user", cty.StringVal(firstNonEmpty(e.User, DefaultExporterUser(e.Secrets))))
 	task.AppendNewline()
 	config := task.AppendNewBlock("config", nil).Body()
 	config.SetAttributeValue("command", cty.StringVal(e.Binary))
@@ -80,10 +107,7 @@ func ExporterJobspec(e Exporter) ([]byte, error) {
 		interpolation("node", "unique", "id"),
 	}))
 	task.AppendNewline()
-	if len(e.Env) > 0 {
-		task.SetAttributeValue("env", ctyval.StringMap(e.Env))
-		task.AppendNewline()
-	}
+	componentEnv(task, e.Env, EnvExporterSecrets, ExporterVariable, e.Secrets)
 	healthzService(task, ExporterService, "metrics", "5s", "2s")
 	task.AppendNewline()
 	taskResources(task, 200, 128)

@@ -56,6 +56,13 @@ const (
 	itemConsulCA       = "consul_ca_pem"
 	itemConsulCert     = "consul_cert_pem"
 	itemConsulKey      = "consul_key_pem"
+	// itemRecordDigest is the SHA-256 of the sweep's record as submit
+	// wrote it (sweepjob.Record.Digest): the controller runs nothing from
+	// a record that differs. Consul's ACLs cannot keep every writer of the
+	// sweep's keys from the record (the task driver's token writes every
+	// trial's metrics next to it); this variable only ACL administrators
+	// can write.
+	itemRecordDigest = "record_sha256"
 	// itemOwner marks a variable as this sweep's controller's ("<ns>/<sweep>"):
 	// one that lacks it is never overwritten or deleted.
 	itemOwner = "gpujob_sweep"
@@ -152,6 +159,9 @@ type Issuer struct {
 	// controller's job.
 	Namespace, Sweep, KeyPrefix, JobID string
 	ConsulTLS                          TLS
+	// RecordDigest is the digest of the sweep's record, kept for the
+	// controller to check the record with (Credentials.RecordDigest).
+	RecordDigest string
 }
 
 func (is *Issuer) policy() string { return PolicyName(is.Namespace, is.Sweep) }
@@ -222,6 +232,9 @@ func (is *Issuer) preflight() error {
 
 func (is *Issuer) issue() error {
 	items := api.VariableItems{itemOwner: is.owner()}
+	if is.RecordDigest != "" {
+		items[itemRecordDigest] = is.RecordDigest
+	}
 	desc := fmt.Sprintf("gpujob: the controller of sweep %s in namespace %s", is.Sweep, is.Namespace)
 	if is.Mode.Nomad {
 		if err := is.Nomad.UpsertACLPolicy(&api.ACLPolicy{Name: is.policy(), Description: desc,
@@ -254,8 +267,12 @@ func (is *Issuer) issue() error {
 }
 
 // Ensure keeps the credentials a sweep has (its variable names tokens
-// that still exist) and issues them otherwise: extend re-registers a
-// controller that may still be running with them.
+// that still exist, and the digest of the record as submitted) and issues
+// them otherwise, with RecordDigest: extend re-registers a controller that
+// may still be running with them. Kept credentials keep the digest submit
+// recorded: extend never vouches for a record that may have changed since.
+// Issued ones take RecordDigest, the record as it is now (a sweep whose
+// variable was lost, or one submitted before gpujob recorded digests).
 func (is *Issuer) Ensure() error {
 	if err := is.Check(); err != nil {
 		return err
@@ -267,7 +284,7 @@ func (is *Issuer) Ensure() error {
 	if err != nil {
 		return err
 	}
-	if v != nil && v.Items[itemOwner] == is.owner() && (!is.Mode.Consul || v.Items[itemConsulToken] != "") {
+	if v != nil && v.Items[itemOwner] == is.owner() && (!is.Mode.Consul || v.Items[itemConsulToken] != "") && v.Items[itemRecordDigest] != "" {
 		toks, err := is.Nomad.ACLTokens()
 		if err != nil {
 			return refusal(err)
@@ -366,6 +383,9 @@ func refusal(err error) error {
 type Credentials struct {
 	NomadToken, ConsulToken string
 	ConsulTLS               TLS
+	// RecordDigest is the digest of the sweep's record as it was
+	// submitted; "" if the variable has none.
+	RecordDigest string
 }
 
 // Fetch reads the controller's credentials from its variable at path,
@@ -381,7 +401,8 @@ func Fetch(nomad nomadapi.API, path string) (*Credentials, error) {
 	}
 	return &Credentials{
 		NomadToken: v.Items[itemNomadToken], ConsulToken: v.Items[itemConsulToken],
-		ConsulTLS: TLS{CA: bytesOf(v.Items[itemConsulCA]), Cert: bytesOf(v.Items[itemConsulCert]), Key: bytesOf(v.Items[itemConsulKey])},
+		ConsulTLS:    TLS{CA: bytesOf(v.Items[itemConsulCA]), Cert: bytesOf(v.Items[itemConsulCert]), Key: bytesOf(v.Items[itemConsulKey])},
+		RecordDigest: v.Items[itemRecordDigest],
 	}, nil
 }
 

@@ -78,7 +78,7 @@ func newIssuer(mode Mode) (*Issuer, *nomadapi.Fake, *fakeConsul) {
 	n.SetACLEnabled(mode.Nomad)
 	c.enabled = mode.Consul
 	return &Issuer{Nomad: n, Consul: c, Mode: mode, Namespace: "default", Sweep: "bert-lr", KeyPrefix: "gpujob/sweeps",
-		JobID: "bert-lr-controller"}, n, c
+		JobID: "bert-lr-controller", RecordDigest: "d1"}, n, c
 }
 
 func TestPolicyNamesFitNomadAndConsulAndNeverCollide(t *testing.T) {
@@ -374,5 +374,39 @@ func TestEnsureReissuesRevokedTokens(t *testing.T) {
 	v := n.Variables()[VariablePath(is.JobID)]
 	if tok := n.Tokens()[v.Items[itemNomadAccessor]]; tok == nil || tok.SecretID != v.Items[itemNomadToken] {
 		t.Errorf("Ensure kept a variable naming a revoked token: %v, tokens %v", v.Items, n.Tokens())
+	}
+}
+
+// The record's digest travels with the tokens, for the controller to check
+// its record with; extend keeps the one submit recorded while the
+// credentials exist (the record in Consul may have changed since), and a
+// variable without one (an older submission) is issued anew.
+func TestRecordDigestIsKeptWithTheCredentials(t *testing.T) {
+	is, n, _ := newIssuer(Mode{Nomad: true, Consul: true})
+	if err := is.Issue(); err != nil {
+		t.Fatal(err)
+	}
+	path := VariablePath(is.JobID)
+	creds, err := Fetch(n, path)
+	if err != nil || creds.RecordDigest != "d1" {
+		t.Fatalf("Fetch: %+v, %v; want the digest d1", creds, err)
+	}
+	is.RecordDigest = "d2" // what extend reads from Consul now
+	if err := is.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Variables()[path].Items[itemRecordDigest]; got != "d1" {
+		t.Errorf("Ensure with live credentials changed the digest to %q", got)
+	}
+	v := n.Variables()[path]
+	delete(v.Items, itemRecordDigest)
+	if err := n.PutVariable(v); err != nil {
+		t.Fatal(err)
+	}
+	if err := is.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Variables()[path].Items[itemRecordDigest]; got != "d2" {
+		t.Errorf("Ensure on a variable without a digest: %q, want d2 issued", got)
 	}
 }

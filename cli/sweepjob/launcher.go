@@ -34,6 +34,11 @@ func (l *Launcher) jobPrefix() string { return l.Sweep + "-trial-" }
 
 // Launch registers the trial's job unless one of its ID exists.
 func (l *Launcher) Launch(ctx context.Context, t controller.Trial) error {
+	// The trial comes from the state in Consul: its job must be this
+	// sweep's trial of its index, never a name the state made up.
+	if err := t.Check(l.Sweep, t.Index); err != nil {
+		return fmt.Errorf("%w: %v", controller.ErrRefused, err)
+	}
 	job, err := TrialJob(l.Template, t, l.Run)
 	if err != nil {
 		return fmt.Errorf("%w: %v", controller.ErrRefused, err)
@@ -177,8 +182,12 @@ func (l *Launcher) failure(stubs []*api.AllocationListStub) string {
 	return "its job failed"
 }
 
-// StopJob stops a trial's job, keeping it for its record.
+// StopJob stops a trial's job, keeping it for its record. It stops
+// nothing but this sweep's trial jobs, whatever the state names.
 func (l *Launcher) StopJob(ctx context.Context, jobID string) error {
+	if !IsTrialJob(l.Sweep, jobID) {
+		return fmt.Errorf("%w: job %q is not a trial job of sweep %s", controller.ErrRefused, jobID, l.Sweep)
+	}
 	_, err := l.Nomad.Deregister(jobID, false)
 	if err != nil && gpujobs.IsNotFound(err) {
 		return nil
@@ -193,4 +202,19 @@ func (l *Launcher) WaitJobs(ctx context.Context, index uint64) (uint64, error) {
 		return index, err
 	}
 	return meta.LastIndex, nil
+}
+
+// IsTrialJob says whether jobID is one of sweep's trial jobs (TrialJobID):
+// "<sweep>-trial-" and three or more digits.
+func IsTrialJob(sweep, jobID string) bool {
+	n, ok := strings.CutPrefix(jobID, sweep+"-trial-")
+	if !ok || len(n) < 3 {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -86,3 +86,36 @@ func TestSettleLooksAtTheLatestAllocationOfEachMember(t *testing.T) {
 		t.Errorf("a member whose latest allocation failed: %+v", o)
 	}
 }
+
+// The launcher registers and stops nothing but the sweep's own trial jobs,
+// whatever job ID a trial of the state carries: a forged state in Consul
+// must not make the controller's token stop or create another job.
+func TestLauncherActsOnlyOnItsTrialJobs(t *testing.T) {
+	f := nomadapi.NewFake()
+	l := &Launcher{Nomad: f, Template: template(), Sweep: "toy", Run: "100"}
+	for _, tr := range []controller.Trial{
+		{ID: "trial-001", Index: 0, JobID: "payments-api"},
+		{ID: "trial-002", Index: 0, JobID: "toy-trial-002"},
+		{ID: "trial-001", Index: 0, JobID: "toy-x-trial-001"},
+	} {
+		tr.Params = search.Assignment{"lr": search.FloatValue(0.5)}
+		if err := l.Launch(context.Background(), tr); !errors.Is(err, controller.ErrRefused) {
+			t.Errorf("launching %+v: %v, want a refusal", tr, err)
+		}
+	}
+	for _, id := range []string{"payments-api", "toy-trial-", "toy-trial-01", "toy-trial-001x", "toyx-trial-001", "other-trial-001"} {
+		if err := l.StopJob(context.Background(), id); !errors.Is(err, controller.ErrRefused) {
+			t.Errorf("stopping %q: %v, want a refusal", id, err)
+		}
+	}
+	if len(f.Registered) != 0 || len(f.Deregistered) != 0 {
+		t.Errorf("registered %d, deregistered %v", len(f.Registered), f.Deregistered)
+	}
+	own := controller.Trial{ID: "trial-001", JobID: "toy-trial-001", Params: search.Assignment{"lr": search.FloatValue(0.5)}}
+	if err := l.Launch(context.Background(), own); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StopJob(context.Background(), "toy-trial-001"); err != nil || len(f.Deregistered) != 1 {
+		t.Errorf("stopping its own trial job: %v, %v", err, f.Deregistered)
+	}
+}

@@ -2,6 +2,8 @@ package sweepjob
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
@@ -72,7 +75,7 @@ func (r *Record) Plan() (*controller.Plan, error) {
 	}
 	p := &controller.Plan{
 		Namespace: r.Namespace, Sweep: r.Sweep, Metric: r.Metric, Mode: r.Mode, Goal: r.Goal,
-		MaxTrials: r.MaxTrials, Parallel: r.Parallel, MaxFailedTrials: r.MaxFailedTrials,
+		MaxTrials: r.MaxTrials, Parallel: r.Parallel, MaxFailedTrials: r.MaxFailedTrials, Space: r.Params,
 	}
 	var err error
 	switch r.Algorithm {
@@ -109,19 +112,108 @@ func (r *Record) Maximize() bool { return r.Mode != stopping.Min }
 
 // LoadRecord reads a sweep's record; nil when there is none.
 func LoadRecord(ctx context.Context, c *consul.Client, prefix, ns, sweep string) (*Record, error) {
+	r, _, err := ReadRecord(ctx, c, prefix, ns, sweep)
+	return r, err
+}
+
+// ReadRecord reads a sweep's record and its Digest (of the bytes in
+// Consul); nil and "" when there is none.
+func ReadRecord(ctx context.Context, c *consul.Client, prefix, ns, sweep string) (*Record, string, error) {
 	key := sweepkv.SpecKey(prefix, ns, sweep)
-	pair, _, err := c.KV().Get(key, (&consul.QueryOptions{}).WithContext(ctx))
+	pair, _, err := c.KV().Get(key, (&consul.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", key, err)
+		return nil, "", fmt.Errorf("reading %s: %w", key, err)
 	}
 	if pair == nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	var r Record
 	if err := json.Unmarshal(pair.Value, &r); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", key, err)
+		return nil, "", fmt.Errorf("reading %s: %w", key, err)
 	}
-	return &r, nil
+	return &r, digest(pair.Value), nil
+}
+
+// Digest is the SHA-256 of the record as Create writes it: submit keeps it
+// where only the controller and ACL administrators can read it (with ACLs,
+// the controller's Nomad variable), and the controller registers nothing
+// from a record whose digest differs. Anyone who may write the sweep's keys
+// (a user of its namespace; the task driver's token, which writes every
+// trial's metrics) could otherwise change the template that the controller
+// registers with its own Nomad token.
+func (r *Record) Digest() (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encoding the record of sweep %s: %w", r.Sweep, err)
+	}
+	return digest(b), nil
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Verify reports why the controller of sweep in namespace ns must not run
+// the record: it is another sweep's or namespace's, its trial template is
+// not a trial template of this sweep (job meta gpujob = train, gpujob_sweep
+// = the sweep, gpujob_trial the trial stand-in; every gpujob task reporting
+// to this sweep; no other namespace), or, when want is set, its digest is
+// not want (it changed since it was submitted).
+func (r *Record) Verify(ns, sweep, got, want string) error {
+	switch {
+	case r.Namespace != ns || r.Sweep != sweep:
+		return fmt.Errorf("the record is sweep %q's of namespace %q, not %q's of %q", r.Sweep, r.Namespace, sweep, ns)
+	case want != "" && got != want:
+		return fmt.Errorf("the record changed since gpujob sweep submit wrote it (its SHA-256 is %s, submit recorded %s): "+
+			"someone who may write the sweep's keys in Consul rewrote it", short(got), short(want))
+	}
+	return VerifyTemplate(r.Template, ns, sweep)
+}
+
+func short(digest string) string { return digest[:min(12, len(digest))] }
+
+// VerifyTemplate reports why template is not a trial template of sweep in
+// namespace ns, as TemplateHCL renders them.
+func VerifyTemplate(template *api.Job, ns, sweep string) error {
+	if template == nil {
+		return fmt.Errorf("the record has no trial template")
+	}
+	meta := template.Meta
+	for _, m := range []struct{ key, want string }{
+		{render.MetaKind, render.MetaKindTrain}, {render.MetaSweep, sweep}, {render.MetaTrial, trialToken},
+	} {
+		if got, ok := meta[m.key]; !ok || got != m.want {
+			return fmt.Errorf("the trial template is not sweep %s's: its job meta %s is %q, want %q", sweep, m.key, got, m.want)
+		}
+	}
+	if tns := template.Namespace; tns != nil && *tns != "" && *tns != ns {
+		return fmt.Errorf("the trial template is for namespace %q, the sweep is in %q", *tns, ns)
+	}
+	if t := template.Type; t != nil && *t != "batch" {
+		return fmt.Errorf("the trial template is a %s job; trials are batch jobs", *t)
+	}
+	reporters := 0
+	for _, g := range template.TaskGroups {
+		for _, task := range g.Tasks {
+			if task == nil || task.Driver != render.Driver {
+				continue
+			}
+			sw, hasSweep := task.Config["sweep"]
+			tr, hasTrial := task.Config["trial"]
+			if !hasSweep && !hasTrial {
+				continue
+			}
+			if sw != sweep || tr != trialToken {
+				return fmt.Errorf("the trial template's task %s reports to sweep %v as trial %v, not to sweep %s", task.Name, sw, tr, sweep)
+			}
+			reporters++
+		}
+	}
+	if reporters == 0 {
+		return fmt.Errorf("no task of the trial template reports to sweep %s (a %s task with sweep and trial in its config)", sweep, render.Driver)
+	}
+	return nil
 }
 
 // SaveRecord writes the record.

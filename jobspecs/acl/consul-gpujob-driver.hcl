@@ -30,6 +30,12 @@ key_prefix "gpujob/rendezvous/" {
 # ("gpujob/sweeps" by default: the plugin's sweep_key_prefix; change both
 # together). The <ns> in those keys is always the job's own Nomad
 # namespace, which the driver takes from Nomad, never from the job.
+# So this token can write any sweep's record, trial template included: a
+# sweep's controller therefore registers nothing from a record that is not
+# byte for byte what gpujob sweep submit wrote (with ACLs, submit keeps the
+# record's SHA-256 in the controller's Nomad variable, which only ACL
+# administrators can write), and nothing a state names but its own trial
+# jobs with values of its own search space. Keep this token on the clients.
 key_prefix "gpujob/sweeps/" {
   policy = "write"
 }

@@ -1,13 +1,19 @@
 # Nomad policy of a gpujob user: submit, watch, read logs of and stop
-# training jobs in one namespace ("default" here; copy the file for
-# another), and see the cluster's GPUs.
+# training jobs in ONE namespace, and see the cluster's GPUs.
 #
-#   nomad acl policy apply -description "gpujob submitter" gpujob-submit jobspecs/acl/nomad-submit.hcl
-#   nomad acl token create -name alice -policy gpujob-submit
+# The file is a template (Go text/template; its blank is the namespace):
+# render it for a namespace with gpujob, then apply what it prints:
 #
-# scripts/dev-up.sh applies it with GPUJOB_DEV_ACL=1 and puts such a token in
-# the env file as NOMAD_TOKEN.
-namespace "default" {
+#   gpujob acl policy nomad-submit --namespace team-a |
+#     nomad acl policy apply -description "gpujob submitter in team-a" gpujob-submit-team-a -
+#   nomad acl token create -name alice -policy gpujob-submit-team-a
+#
+# scripts/dev-up.sh renders it for the namespace "default" with
+# GPUJOB_DEV_ACL=1 (as the policy gpujob-submit) and puts such a token in
+# the env file as NOMAD_TOKEN. The user's Consul tokens come from
+# consul-gpujob-sweeps.hcl and consul-gpujob-services.hcl, rendered for the
+# same namespace.
+namespace "{{.Namespace}}" {
   capabilities = [
     # gpujob submit: plan and register (parsing the rendered jobspec with
     # the agent's parser is allowed with submit-job); gpujob stop.

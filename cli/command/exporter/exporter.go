@@ -100,7 +100,7 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 	default:
 		return fmt.Errorf("--cluster: must be auto, always or never, got %q", o.cluster)
 	}
-	nomad, err := f.Nomad()
+	creds, err := loadCredentials(f)
 	if err != nil {
 		return err
 	}
@@ -110,12 +110,12 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 		Name: "gpujob_exporter_requests_total",
 		Help: "Requests the exporter made to Nomad and Consul, by endpoint.",
 	}, []string{"endpoint"})
-	cfg := observe.Config{Nomad: nomad, NodeID: o.node, LossInterval: o.lossInterval,
+	cfg := observe.Config{Nomad: creds.nomad, NodeID: o.node, LossInterval: o.lossInterval,
 		Requests: func(e string) { requests.WithLabelValues(e).Inc() }}
-	if c, err := f.Consul(); err == nil {
-		cfg.Consul = c
+	if creds.consulErr == nil {
+		cfg.Consul = creds.consul
 	} else {
-		logger.Printf("no sweeps: %v", err)
+		logger.Printf("no sweeps: %v", creds.consulErr)
 	}
 	w := observe.NewWatcher(cfg)
 	elect := clusterRole(o.cluster, w)
@@ -152,7 +152,7 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
-	logger.Printf("serving on %s (node %s, cluster series: %s)", l.Addr(), firstOf(o.node, "all"), o.cluster)
+	logger.Printf("serving on %s (node %s, cluster series: %s, credentials from %s)", l.Addr(), firstOf(o.node, "all"), o.cluster, creds.from)
 	var failed error
 	select {
 	case <-ctx.Done():
@@ -194,7 +194,19 @@ func firstOf(ss ...string) string {
 // forwarded is the environment the exporter job passes on (addresses and
 // TLS files; never a token, which a job's env shows to all who read it).
 var forwarded = []string{"CONSUL_HTTP_ADDR", "CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY",
-	"NOMAD_ADDR", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"}
+	"NOMAD_ADDR", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "GPUJOB_SWEEP_KEY_PREFIX"}
+
+// fromVariable reports whether, with --secrets, the exporters get what the
+// environment variable k gives some other way: Consul's TLS material from
+// the variable, Nomad through their Task API socket.
+func fromVariable(k string) bool {
+	switch k {
+	case "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY",
+		"NOMAD_ADDR", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY":
+		return true
+	}
+	return false
+}
 
 func newRenderCmd(f *factory.Factory) *cobra.Command {
 	e := render.Exporter{}
@@ -205,11 +217,20 @@ func newRenderCmd(f *factory.Factory) *cobra.Command {
 as nobody, on the static --port: 9400, the DCGM exporter's), registered in
 Consul as gpujob-exporter with a check on /-/healthz, for Prometheus to find
 with consul_sd_configs (jobspecs/monitoring/prometheus.yml). It passes on the
-Nomad and Consul addresses and TLS files of this environment, never a token:
-on a cluster with ACLs the exporters need a token of their own (not yet
-supported).`,
-		Example: `  gpujob exporter render --binary /usr/local/bin/gpujob | nomad job run -`,
-		Args:    cobra.NoArgs,
+Nomad and Consul addresses and TLS files of this environment, never a token.
+
+On a cluster with ACLs or TLS, --secrets has the exporters read their Nomad and
+Consul tokens and Consul's TLS material from the Nomad variable
+nomad/jobs/gpujob-exporter (items nomad_token, consul_token, consul_ca_pem,
+consul_cert_pem, consul_key_pem, each optional) with their workload identity,
+hold them in memory, read Nomad through their Task API socket, and run as the
+user gpujob-exporter (no workload may run as the user that holds the tokens).
+The tokens need the read-only policies gpujob acl policy nomad-exporter and
+consul-exporter print.`,
+		Example: `  gpujob exporter render --binary /usr/local/bin/gpujob | nomad job run -
+  nomad var put nomad/jobs/gpujob-exporter nomad_token=... consul_token=...
+  gpujob exporter render --secrets | nomad job run -`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if e.Binary == "" {
 				exe, err := os.Executable()
@@ -220,7 +241,7 @@ supported).`,
 			}
 			e.Env = map[string]string{}
 			for _, k := range forwarded {
-				if v := os.Getenv(k); v != "" {
+				if v := os.Getenv(k); v != "" && !(e.Secrets && fromVariable(k)) {
 					e.Env[k] = v
 				}
 			}
@@ -237,7 +258,9 @@ supported).`,
 	}
 	cmd.Flags().StringVar(&e.Binary, "binary", "", "the gpujob `path` on the clients (default: this executable)")
 	cmd.Flags().IntVar(&e.Port, "port", render.DefaultExporterPort, "the static `port` they listen on (0: one Nomad picks per node)")
-	cmd.Flags().StringVar(&e.User, "user", "", "the `user` they run as (default nobody)")
+	cmd.Flags().StringVar(&e.User, "user", "", "the `user` they run as (default nobody; "+render.DefaultExporterUser(true)+" with --secrets)")
+	cmd.Flags().BoolVar(&e.Secrets, "secrets", false,
+		"read the exporters' tokens and TLS files from the Nomad variable "+render.ExporterVariable+" (a cluster with ACLs or TLS)")
 	cmd.Flags().StringSliceVar(&e.Datacenters, "datacenters", nil, "datacenters to run in (default all)")
 	cmd.Flags().StringVar(&e.NodePool, "node-pool", "", "node pool to run in")
 	return cmd

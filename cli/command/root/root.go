@@ -8,6 +8,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/command/acl"
 	"github.com/gpujob/gpujob/cli/command/exporter"
 	"github.com/gpujob/gpujob/cli/command/gateway"
 	"github.com/gpujob/gpujob/cli/command/gpus"
@@ -100,7 +101,7 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 	for _, sub := range []func(*factory.Factory) *cobra.Command{
 		submit.NewCmd, render.NewCmd, validate.NewCmd, status.NewCmd, logs.NewCmd,
 		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd, exporter.NewCmd,
-		top.NewCmd,
+		top.NewCmd, acl.NewCmd,
 	} {
 		c := sub(f)
 		explainDenied(c)

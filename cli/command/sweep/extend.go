@@ -51,6 +51,9 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 			if err != nil {
 				return err
 			}
+			if _, creds.RecordDigest, err = sweepjob.ReadRecord(ctx, e.consul, e.prefix, e.ns, name); err != nil {
+				return err
+			}
 			if err := creds.Ensure(); err != nil {
 				return err
 			}

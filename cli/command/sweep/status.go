@@ -19,6 +19,7 @@ import (
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // Status is the document `gpujob sweep status -json` prints. Fields are
@@ -62,6 +63,11 @@ type Trial struct {
 	Reason    string            `json:"reason,omitempty"`
 	// Waiting says in plain words why a trial's job is not running yet.
 	Waiting string `json:"waiting,omitempty"`
+	// Held is what the trial's metric reporting budgets held back (its
+	// rank 0 printed metric or result lines faster, or larger, than they
+	// allow): counts of results deferred to the next write, writes delayed
+	// by the byte budget, and lines over 64 KiB skipped. Absent when none.
+	Held *sweepkv.Reporting `json:"held,omitempty"`
 }
 
 func newStatusCmd(f *factory.Factory) *cobra.Command {
@@ -122,7 +128,7 @@ func newStatus(rec *sweepjob.Record, st *controller.State) *Status {
 	for _, t := range st.Trials {
 		s.Counts[string(t.State)]++
 		s.Trials = append(s.Trials, Trial{ID: t.ID, Job: t.JobID, State: string(t.State), Params: t.Params, Step: t.Step,
-			Value: t.Value, StoppedBy: t.StoppedBy, Reason: t.Reason, Waiting: t.Waiting})
+			Value: t.Value, StoppedBy: t.StoppedBy, Reason: t.Reason, Waiting: t.Waiting, Held: t.Held})
 	}
 	if b := st.Best(rec.Maximize()); b != nil {
 		for i := range s.Trials {
@@ -216,6 +222,10 @@ func printStatus(w io.Writer, s *Status) error {
 		if s.Best != nil && t.ID == s.Best.ID {
 			note = strings.TrimSpace("best " + note)
 		}
+		if h := heldText(t.Held); h != "" {
+			note = strings.TrimSpace(note + "; " + h)
+			note = strings.TrimPrefix(note, "; ")
+		}
 		row = append(row, strconv.Itoa(t.Step), formatValue(t.Value), note)
 		tab.Row(row...)
 	}
@@ -268,4 +278,22 @@ func formatValue(v *float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(*v, 'g', 4, 64)
+}
+
+// heldText says what a trial's reporting budgets held back, or "".
+func heldText(h *sweepkv.Reporting) string {
+	if h == nil || !h.Throttled() {
+		return ""
+	}
+	var parts []string
+	for _, c := range []struct {
+		n    int64
+		what string
+	}{{h.ResultsDeferred, "result write(s) deferred"}, {h.ByteBudgetWaits, "write(s) delayed by the byte budget"},
+		{h.DroppedLines, "line(s) over 64 KiB skipped"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	return "metrics reporting throttled: " + strings.Join(parts, ", ")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
+	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -138,6 +139,11 @@ func (e *env) awaitStopped(ctx context.Context, name string) error {
 			if t.State.Terminal() {
 				continue
 			}
+			// The state is in Consul: stop no job it names but the
+			// sweep's own trial of that index.
+			if err := t.Check(name, i); err != nil {
+				return fmt.Errorf("sweep %s: not stopping what its state names: %w", name, err)
+			}
 			if _, err := e.nomad.Deregister(t.JobID, false); err != nil && !gpujobs.IsNotFound(err) {
 				return err
 			}
@@ -205,7 +211,11 @@ func (e *env) purge(ctx context.Context, name string, creds *sweepcreds.Issuer) 
 		return err
 	} else {
 		for _, t := range st.Trials {
-			jobs[t.JobID] = true
+			// Only what can be the sweep's trial job: the state is in
+			// Consul, and a purge must never reach another job.
+			if sweepjob.IsTrialJob(name, t.JobID) {
+				jobs[t.JobID] = true
+			}
 		}
 	}
 	stubs, _, err := e.nomad.Jobs(&api.QueryOptions{Prefix: name + "-", Params: map[string]string{"meta": "true"}})

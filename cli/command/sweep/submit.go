@@ -173,6 +173,9 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	rec.Vars, rec.VarFiles, rec.ControllerUser = o.vars, o.varFiles, user
 	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
 		Created: f.Now(), Updated: f.Now()}
+	if creds.RecordDigest, err = rec.Digest(); err != nil {
+		return err
+	}
 	if err := sweepjob.Create(ctx, e.consul, e.prefix, rec, st); err != nil {
 		return err
 	}

@@ -32,7 +32,22 @@ type Plan struct {
 	MaxTrials       int
 	Parallel        int
 	MaxFailedTrials int
+	// Space, when set, is the search space every trial's parameters must
+	// be a point of (State.Check): a trial's values become its job's
+	// command, args and env, so a value the sampler could not have
+	// proposed must never reach Nomad.
+	Space search.Space
+	// Refused, when set, is why this controller must run nothing for the
+	// sweep: its record failed the controller's checks (not the sweep's
+	// template, or changed since it was submitted). The first round fails
+	// the sweep with it as the reason and stops the trials that run; no
+	// trial is proposed or launched.
+	Refused string
 }
+
+// MaxTrialsLimit bounds a sweep's trials, whatever its state says: the
+// spec's limit (cli/spec.MaxTrials), which gpujob sweep extend keeps too.
+const MaxTrialsLimit = 500
 
 func (p *Plan) maximize() bool { return p.Mode != stopping.Min }
 
@@ -41,6 +56,9 @@ func (p *Plan) Validate() error {
 	switch {
 	case p.Sweep == "":
 		return fmt.Errorf("sweep plan: no sweep name")
+	case p.Refused != "":
+		// It only fails the sweep: nothing else of it is used.
+		return nil
 	case p.Metric == "":
 		return fmt.Errorf("sweep %q: no objective metric", p.Sweep)
 	case p.Sampler == nil:

@@ -104,8 +104,28 @@ func Reconcile(p *Plan, st *State, obs Observations) (Result, error) {
 	var res Result
 	now := obs.Now
 	st.Seq++
+	if err := st.Check(p); err != nil {
+		// Nothing in it can be trusted, its job IDs least: the sweep
+		// fails, and no job is stopped or registered on its word.
+		if !st.Status.Terminal() {
+			st.Status = StatusFailed
+			st.Reason = "the controller refused the sweep's state: " + err.Error() + "; nothing was launched or stopped " +
+				"(was it written by something else than gpujob? purge the sweep: gpujob sweep stop --purge " + p.Sweep + ")"
+		}
+		st.Updated = now
+		if st.Ended.IsZero() {
+			st.Ended = now
+		}
+		res.Done = true
+		return res, nil
+	}
 	if st.Status == "" {
 		st.Status = StatusRunning
+	}
+	if p.Refused != "" && st.Status == StatusRunning {
+		// The record failed the controller's checks: fail the sweep,
+		// whose end (endSweep) stops the trials that run.
+		st.Status, st.Reason = StatusFailed, p.Refused
 	}
 	if st.Status == StatusRunning {
 		st.Reason, st.Ended = "", time.Time{}
@@ -227,6 +247,9 @@ func actionOrder(k ActionKind) int {
 // observeMetrics folds the trial's metrics record into t.
 func observeMetrics(p *Plan, t *Trial, m *sweepkv.Metrics) {
 	t.Rewinds = m.Rewinds
+	if r := m.Reporting; r.Throttled() {
+		t.Held = &sweepkv.Reporting{ResultsDeferred: r.ResultsDeferred, ByteBudgetWaits: r.ByteBudgetWaits, DroppedLines: r.DroppedLines}
+	}
 	if len(m.Points) == 0 {
 		return
 	}

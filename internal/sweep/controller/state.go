@@ -10,9 +10,11 @@
 package controller
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gpujob/gpujob/internal/sweep/search"
+	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // Status is the sweep's lifecycle.
@@ -119,6 +121,11 @@ type Trial struct {
 	Seen int `json:"seen,omitempty"`
 	// Rewinds is the metrics record's rewind count last seen.
 	Rewinds int `json:"rewinds,omitempty"`
+	// Held is what the trial's reporting budgets held back, as its
+	// metrics record last said (only those counts: the record's points and
+	// writes change with every write, and the state is rewritten only when
+	// something changed); nil while nothing was.
+	Held *sweepkv.Reporting `json:"held,omitempty"`
 	// EndSeq is the round the trial ended in.
 	EndSeq int64 `json:"end_seq,omitempty"`
 	// StopAt is when the trial was asked to stop (TrialStopping): its job
@@ -176,4 +183,54 @@ func (s *State) Trial(id string) *Trial {
 		}
 	}
 	return nil
+}
+
+// Check reports a state that this sweep's controller (or gpujob sweep stop)
+// must not act on: one of another sweep, more trials than any sweep may
+// have, or a trial whose ID or job is not what its index makes it, or whose
+// parameters are not a point of p.Space. Every writer gpujob runs keeps
+// these; a state that breaks one was written by something else, and acting
+// on it would stop or register jobs the sweep does not own.
+func (s *State) Check(p *Plan) error {
+	switch {
+	case s.Namespace != "" && s.Namespace != p.Namespace || s.Sweep != "" && s.Sweep != p.Sweep:
+		return fmt.Errorf("it is the state of sweep %q in namespace %q, not of %q in %q", s.Sweep, s.Namespace, p.Sweep, p.Namespace)
+	case s.MaxTrials > MaxTrialsLimit || len(s.Trials) > MaxTrialsLimit:
+		return fmt.Errorf("it asks for %d trials and holds %d: a sweep has at most %d", s.MaxTrials, len(s.Trials), MaxTrialsLimit)
+	}
+	for i, t := range s.Trials {
+		if err := t.Check(p.Sweep, i); err != nil {
+			return err
+		}
+		if p.Space != nil {
+			if err := p.Space.Contains(t.Params); err != nil {
+				return fmt.Errorf("trial %s: its parameters %s are not a point of the sweep's search space: %w", t.ID, t.Params, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Check reports a trial that is not the index-th of sweep: its ID and job
+// ID follow from the index alone (TrialID, TrialJobID).
+func (t Trial) Check(sweep string, index int) error {
+	if t.Index != index || t.ID != TrialID(index) || t.JobID != TrialJobID(sweep, index) {
+		return fmt.Errorf("trial %d of the state is %q (index %d) with job %q; the %s trial of sweep %s is %s with job %s",
+			index+1, t.ID, t.Index, t.JobID, ordinal(index+1), sweep, TrialID(index), TrialJobID(sweep, index))
+	}
+	return nil
+}
+
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
 }

@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 type writeCounter struct {
 	base   http.RoundTripper
 	writes atomic.Int64
+	bytes  atomic.Int64 // the writes' bodies
 	reads  atomic.Int64
 }
 
@@ -55,6 +56,7 @@ func (c *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case req.Method == http.MethodPut && (strings.HasPrefix(req.URL.Path, "/v1/kv/") || req.URL.Path == "/v1/txn"):
 		c.writes.Add(1)
+		c.bytes.Add(max(req.ContentLength, 0))
 	case req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/v1/kv/"):
 		c.reads.Add(1)
 	}

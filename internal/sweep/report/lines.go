@@ -14,6 +14,9 @@ const maxLineLen = 64 << 10
 // (one start of one rank): a partial line never joins the next process's
 // first.
 type LineWriter struct {
+	// OnSkip, when set, hears of each line skipped for its length
+	// (Reporter.Skipped counts them).
+	OnSkip   func()
 	line     func(string)
 	buf      []byte
 	skipping bool // inside a line longer than maxLineLen
@@ -51,6 +54,9 @@ func (w *LineWriter) hold(p []byte) {
 	}
 	if len(w.buf)+len(p) > maxLineLen {
 		w.buf, w.skipping = w.buf[:0], true
+		if w.OnSkip != nil {
+			w.OnSkip()
+		}
 		return
 	}
 	w.buf = append(w.buf, p...)

@@ -58,14 +58,23 @@ func add(m *sweepkv.Metrics, p sweepkv.Point) {
 	}
 }
 
-// thin drops every second point of the older half (results are kept), so
-// that the curve keeps its shape and its recent detail: repeated, it
-// leaves the old part ever sparser.
+// thin drops every second point of the older half (but the older half's
+// latest result), so that the curve keeps its shape and its recent detail:
+// repeated, it leaves the old part ever sparser. It keeps one result, not
+// every one: a rank that prints a result line for every metric line would
+// otherwise make a record whose older half never shrinks.
 func thin(points []sweepkv.Point) []sweepkv.Point {
 	half := len(points) / 2
+	lastResult := -1
+	for i := half - 1; i >= 0; i-- {
+		if points[i].Final {
+			lastResult = i
+			break
+		}
+	}
 	out := make([]sweepkv.Point, 0, len(points)-half/2)
 	for i, p := range points[:half] {
-		if i%2 == 0 || p.Final {
+		if i%2 == 0 || i == lastResult {
 			out = append(out, p)
 		}
 	}
@@ -78,7 +87,8 @@ func thin(points []sweepkv.Point) []sweepkv.Point {
 // added to base. own's points rise in step, so at most its first rewinds
 // base; own's own rewinds are carried over.
 func merge(base, own sweepkv.Metrics) sweepkv.Metrics {
-	out := sweepkv.Metrics{Points: slices.Clone(base.Points), Rewinds: base.Rewinds, Updated: base.Updated}
+	out := sweepkv.Metrics{Points: slices.Clone(base.Points), Rewinds: base.Rewinds, Updated: base.Updated,
+		Reporting: base.Reporting.Plus(own.Reporting)}
 	for _, p := range own.Points {
 		add(&out, p)
 	}
@@ -104,6 +114,17 @@ func encode(m sweepkv.Metrics) ([]byte, error) {
 	for i := range m.Points {
 		m.Points[i].Step = max(m.Points[i].Step, 0)
 	}
+	// Thinned first by an estimate of its size (above the JSON's but for
+	// names full of characters JSON escapes, which the loop below still
+	// catches): a record of MaxPoints huge points is 20 MB, and marshalling
+	// that again and again while thinning would keep the supervisor busy
+	// for seconds per write.
+	for estimate(m.Points) > maxRecordBytes && len(m.Points) >= 2 {
+		n := len(m.Points)
+		if m.Points = thin(m.Points); len(m.Points) == n {
+			break
+		}
+	}
 	for {
 		b, err := json.Marshal(m)
 		if err != nil {
@@ -112,7 +133,12 @@ func encode(m sweepkv.Metrics) ([]byte, error) {
 		if len(b) <= maxRecordBytes || len(m.Points) < 2 {
 			return b, nil
 		}
-		m.Points = thin(m.Points)
+		n := len(m.Points)
+		if m.Points = thin(m.Points); len(m.Points) == n {
+			// Cannot happen with points of bounded size (parseLine), but
+			// a loop that cannot shrink the record must not spin.
+			return nil, fmt.Errorf("encoding the metrics record: %d bytes in %d points cannot be thinned below %d", len(b), n, maxRecordBytes)
+		}
 	}
 }
 
@@ -128,4 +154,18 @@ func decode(b []byte) (sweepkv.Metrics, error) {
 		return sweepkv.Metrics{}, fmt.Errorf("decoding the metrics record: its points are not in step order")
 	}
 	return m, nil
+}
+
+// estimate is about the JSON size of points, from above: per point its
+// step, final flag and brackets, per value its quoted name and the longest
+// float64 text.
+func estimate(points []sweepkv.Point) int {
+	n := 64 // the record's other fields
+	for _, p := range points {
+		n += 64
+		for name := range p.Values {
+			n += len(name) + 32
+		}
+	}
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -209,5 +210,41 @@ func TestLineWriter(t *testing.T) {
 	want := []string{"ab", "c", "", "e", "tail"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("lines %q, want %q (the over-long line skipped)", got, want)
+	}
+}
+
+// A record that alternates results and metric points (a rank printing both
+// in a loop) still thins down to the size limit: thinning once kept every
+// result, so the older half of such a record never shrank and encode spun
+// forever — the supervisor's reporter busy at 100 % CPU, its record never
+// written again, its Close never returning.
+func TestEncodeTerminatesWhenResultsFillTheRecord(t *testing.T) {
+	var m sweepkv.Metrics
+	for step := 1; step <= 400; step++ {
+		p := sweepkv.Point{Step: step, Values: map[string]float64{}, Final: step%2 == 1}
+		for i := 0; i < maxValues; i++ {
+			p.Values[fmt.Sprintf("%s%03d", strings.Repeat("v", maxNameLen-8), i)] = float64(step)
+		}
+		add(&m, p)
+	}
+	done := make(chan []byte, 1)
+	go func() {
+		b, err := encode(m)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- b
+	}()
+	select {
+	case b := <-done:
+		if len(b) > maxRecordBytes {
+			t.Errorf("encoded %d bytes, over the %d limit", len(b), maxRecordBytes)
+		}
+		var back sweepkv.Metrics
+		if err := json.Unmarshal(b, &back); err != nil || len(back.Points) == 0 || back.Points[len(back.Points)-1].Step != 400 {
+			t.Errorf("the encoded record lost its latest point: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("encode did not return within 10 s")
 	}
 }

@@ -6,22 +6,30 @@
 //
 // Training never waits for Consul here: a line is parsed and kept in memory
 // as it is written, the record is written from a goroutine of its own at
-// most about once a second (at once for the result), and every Consul
-// error is retried with backoff and logged, throttled, never returned to
-// the rank.
+// most about once a second (at once for a result, while the results'
+// allowance lasts), within a byte budget, and every Consul error is
+// retried with backoff and logged, throttled, never returned to the rank.
+//
+// The budgets (Budget) bound what rank 0 — code of the job's author — can
+// make the cluster do: however fast and however large the lines it prints,
+// its trial's record is written at most once per Interval plus a few
+// results, and at most BytesPerSecond on average. What they hold back is
+// coalesced into the next write, never lost, and counted in the record
+// (sweepkv.Reporting).
 package report
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpujob/gpujob/internal/backoff"
-	"github.com/gpujob/gpujob/internal/errlog"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"golang.org/x/time/rate"
 
+	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -37,7 +45,59 @@ const (
 	// holderWait bounds one blocking query on a record another session
 	// holds, so a reporter that waits for it also sees Consul go away.
 	holderWait = 5 * time.Minute
+	// throttleLogEvery spaces the log lines that say the budgets hold
+	// writes back.
+	throttleLogEvery = time.Minute
 )
+
+// Budget bounds the writes of one trial's record. Zero fields take
+// DefaultBudget's.
+type Budget struct {
+	// Results is how many results may be written at once, skipping the
+	// write interval; the allowance refills one per ResultsEvery. A result
+	// beyond it waits for the interval like any metric line.
+	Results      int
+	ResultsEvery time.Duration
+	// BytesPerSecond is the average rate of bytes written (the record is
+	// written whole every time); BurstBytes what may be written at once,
+	// never less than a whole record (400 KiB).
+	BytesPerSecond int
+	BurstBytes     int
+}
+
+// DefaultBudget: three results at once, then one a minute; 32 KiB/s on
+// average, a whole record at once. An ordinary trial — a metric line per
+// step, one result — never meets the results' allowance, and meets the byte
+// budget only once its record passes 32 KiB (some 600 points of two
+// values): from then on its record is written every few seconds instead of
+// every second (every 3 to 4 s at MaxPoints such points), which a stopping
+// rule that judges every tens of steps does not notice.
+func DefaultBudget() Budget {
+	return Budget{Results: 3, ResultsEvery: time.Minute, BytesPerSecond: 32 << 10, BurstBytes: maxRecordBytes}
+}
+
+func (b Budget) withDefaults() Budget {
+	d := DefaultBudget()
+	if b.Results <= 0 {
+		b.Results = d.Results
+	}
+	if b.ResultsEvery <= 0 {
+		b.ResultsEvery = d.ResultsEvery
+	}
+	if b.BytesPerSecond <= 0 {
+		b.BytesPerSecond = d.BytesPerSecond
+	}
+	// A burst smaller than a whole record would never let one be written.
+	b.BurstBytes = max(b.BurstBytes, maxRecordBytes)
+	return b
+}
+
+// errBudget says a write must wait for the byte budget.
+type errBudget struct{ wait time.Duration }
+
+func (e *errBudget) Error() string {
+	return fmt.Sprintf("the byte budget allows the next write in %s", e.wait)
+}
 
 // Config says where a Reporter writes.
 type Config struct {
@@ -48,6 +108,7 @@ type Config struct {
 	SessionName string
 	SessionTTL  time.Duration // DefaultSessionTTL when 0
 	Interval    time.Duration // DefaultInterval when 0
+	Budget      Budget        // DefaultBudget's for its zero fields
 	// Logf hears of Consul errors (throttled: one line per run of them,
 	// then one every 30 s) and of a record taken over from an earlier
 	// supervisor. Optional.
@@ -80,6 +141,13 @@ type Reporter struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the loop has returned
 
+	// The budgets (rate.Limiter is safe for concurrent use).
+	results *rate.Limiter // results written at once
+	bytes   *rate.Limiter // bytes written
+	// lastThrottleLog is when the budgets were last said to hold writes
+	// back (the loop's alone).
+	lastThrottleLog time.Time
+
 	// The loop's (and, once it has returned, Close's) alone.
 	sess  *session
 	held  bool             // the record was taken over: own is all of it
@@ -111,14 +179,17 @@ func Start(cfg Config) (*Reporter, error) {
 	if cfg.SessionName == "" {
 		cfg.SessionName = "gpujob sweep trial " + cfg.Key
 	}
+	cfg.Budget = cfg.Budget.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reporter{
-		cfg:    cfg,
-		errs:   errlog.NewRetrying(cfg.Logf, "writing sweep metrics to "+cfg.Key),
-		kick:   make(chan struct{}, 1),
-		hurry:  make(chan struct{}, 1),
-		cancel: cancel,
-		done:   make(chan struct{}),
+		cfg:     cfg,
+		errs:    errlog.NewRetrying(cfg.Logf, "writing sweep metrics to "+cfg.Key),
+		kick:    make(chan struct{}, 1),
+		hurry:   make(chan struct{}, 1),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		results: rate.NewLimiter(rate.Every(cfg.Budget.ResultsEvery), cfg.Budget.Results),
+		bytes:   rate.NewLimiter(rate.Limit(cfg.Budget.BytesPerSecond), cfg.Budget.BurstBytes),
 	}
 	r.signal(r.kick)
 	go r.loop(ctx)
@@ -134,16 +205,29 @@ func (r *Reporter) Line(line string) {
 }
 
 // Writer returns a writer for one start of rank 0's output (see
-// LineWriter).
-func (r *Reporter) Writer() *LineWriter { return NewLineWriter(r.Line) }
+// LineWriter); the lines it skips for their length are counted.
+func (r *Reporter) Writer() *LineWriter {
+	w := NewLineWriter(r.Line)
+	w.OnSkip = r.Skipped
+	return w
+}
 
-// Add records a point; a Final one is written at once.
+// Skipped counts a line of rank 0 skipped unread for its length.
+func (r *Reporter) Skipped() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.own.Reporting.DroppedLines++
+}
+
+// Add records a point; a Final one is written at once while the results'
+// allowance lasts.
 func (r *Reporter) Add(p sweepkv.Point) {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
 		return
 	}
+	r.own.Reporting.Points++
 	add(&r.own, p)
 	if p.Final {
 		r.urgent = true
@@ -171,7 +255,8 @@ func (r *Reporter) signal(ch chan struct{}) {
 }
 
 // loop writes the record whenever it changed, at most once per Interval
-// unless a result hurries it, retrying failures with backoff.
+// unless a result hurries it (while the results' allowance lasts), within
+// the byte budget, retrying failures with backoff.
 func (r *Reporter) loop(ctx context.Context) {
 	defer close(r.done)
 	bo := newBackoff(backoffCap)
@@ -182,26 +267,25 @@ func (r *Reporter) loop(ctx context.Context) {
 			return
 		case <-r.kick:
 		}
-		if wait := time.Until(next); wait > 0 && !r.isUrgent() {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-r.hurry:
-				t.Stop()
-			case <-t.C:
-			}
+		if !r.waitTurn(ctx, next) {
+			return
 		}
 		// A hurry this write serves must not cut a later wait short.
 		select {
 		case <-r.hurry:
 		default:
 		}
-		err := r.flush(ctx)
+		err := r.flush(ctx, true)
+		var budget *errBudget
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.As(err, &budget):
+			// Wait for the bytes, then write what is newest by then.
+			r.count(func(c *sweepkv.Reporting) { c.ByteBudgetWaits++ })
+			r.throttled("the byte budget (%d KiB/s) delays the next write by %s", r.cfg.Budget.BytesPerSecond>>10, budget.wait.Round(time.Millisecond))
+			next = time.Now().Add(budget.wait)
+			r.signal(r.kick)
 		case errors.Is(err, errHeld):
 			// flush has waited for the holder to change: look again.
 			r.signal(r.kick)
@@ -219,42 +303,134 @@ func (r *Reporter) loop(ctx context.Context) {
 	}
 }
 
+// waitTurn waits until next, or less for a result that the results'
+// allowance lets through at once; false when ctx ended.
+func (r *Reporter) waitTurn(ctx context.Context, next time.Time) bool {
+	deferred := false
+	hurry := r.hurry
+	for {
+		wait := time.Until(next)
+		if wait <= 0 {
+			return true
+		}
+		if r.isUrgent() && !deferred {
+			if r.results.Allow() {
+				return true
+			}
+			// Spent: this result goes with the next write; further
+			// results before it change nothing.
+			deferred, hurry = true, nil
+			r.count(func(c *sweepkv.Reporting) { c.ResultsDeferred++ })
+			r.throttled("results come faster than %d at once and one per %s: coalescing them into a write per %s",
+				r.cfg.Budget.Results, r.cfg.Budget.ResultsEvery, r.cfg.Interval)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-hurry:
+			t.Stop()
+		case <-t.C:
+			return true
+		}
+	}
+}
+
 func (r *Reporter) isUrgent() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.urgent
 }
 
-// flush makes one attempt at writing the record under the session.
-func (r *Reporter) flush(ctx context.Context) error {
+// count changes the reporting counters of the record.
+func (r *Reporter) count(f func(*sweepkv.Reporting)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.own.Reporting)
+}
+
+// throttled logs that a budget holds writes back, at most once per
+// throttleLogEvery (the loop's alone).
+func (r *Reporter) throttled(format string, args ...any) {
+	if r.cfg.Logf == nil || time.Since(r.lastThrottleLog) < throttleLogEvery {
+		return
+	}
+	r.lastThrottleLog = time.Now()
+	r.cfg.Logf("rank 0 reports sweep metrics faster than its budget allows: "+format+
+		" (the record %s counts what was held back)", append(args, r.cfg.Key)...)
+}
+
+// spend takes n bytes from the byte budget, or says how long to wait for
+// them; with enforce false (the last write, on Close) it only counts them.
+func (r *Reporter) spend(n int, enforce bool) error {
+	now := time.Now()
+	res := r.bytes.ReserveN(now, min(n, r.cfg.Budget.BurstBytes))
+	if !enforce || !res.OK() {
+		return nil
+	}
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return &errBudget{wait: d}
+	}
+	return nil
+}
+
+// snapshot is the record to write now: the reporter's, with this write
+// counted (the counter is raised once it landed). It clears the result
+// flag with the same lock, so a result that comes after it is not taken
+// for written; a write that fails gives the flag back (unwritten).
+func (r *Reporter) snapshot() (rec sweepkv.Metrics, unwritten func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec = clone(r.own)
+	rec.Reporting.Writes++
+	urgent := r.urgent
+	r.urgent = false
+	return rec, func() {
+		if urgent {
+			r.mu.Lock()
+			r.urgent = true
+			r.mu.Unlock()
+		}
+	}
+}
+
+// flush makes one attempt at writing the record under the session, within
+// the byte budget when enforce is set.
+func (r *Reporter) flush(ctx context.Context, enforce bool) error {
 	if err := r.ensureSession(ctx); err != nil {
 		return err
 	}
 	if !r.held {
-		return r.takeOver(ctx)
+		return r.takeOver(ctx, enforce)
 	}
-	r.mu.Lock()
-	rec := clone(r.own)
-	r.urgent = false
-	r.mu.Unlock()
+	rec, unwritten := r.snapshot()
 	rec.Updated = time.Now().UTC()
 	value, err := encode(rec)
+	if err == nil {
+		err = r.spend(len(value), enforce)
+	}
 	if err != nil {
+		unwritten()
 		return err
 	}
 	ok, _, err := r.cfg.Client.KV().Acquire(&api.KVPair{Key: r.cfg.Key, Value: value, Session: r.sess.id},
 		(&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
+		unwritten()
 		r.sess.checkNow()
 		return fmt.Errorf("writing %s: %w", r.cfg.Key, err)
 	}
 	if !ok {
+		unwritten()
 		// Another session took the record while ours was gone: only a
 		// second supervisor of the same trial would. Ours is written
 		// again once that one's session ends.
 		r.sess.checkNow()
 		return fmt.Errorf("writing %s: %w", r.cfg.Key, errHeld)
 	}
+	r.count(func(c *sweepkv.Reporting) { c.Writes++ })
 	return nil
 }
 
@@ -282,7 +458,7 @@ func (r *Reporter) ensureSession(ctx context.Context) error {
 // transaction that takes the lock only if the record is still what it
 // read. A record another live session holds is waited for (a blocking
 // query) until that session ends.
-func (r *Reporter) takeOver(ctx context.Context) error {
+func (r *Reporter) takeOver(ctx context.Context, enforce bool) error {
 	kv := r.cfg.Client.KV()
 	pair, meta, err := kv.Get(r.cfg.Key, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
@@ -312,13 +488,15 @@ func (r *Reporter) takeOver(ctx context.Context) error {
 			r.cfg.Logf("the sweep metrics record %s cannot be resumed (%v); starting it over", r.cfg.Key, err)
 		}
 	}
-	r.mu.Lock()
-	rec := merge(base, r.own)
-	r.urgent = false
-	r.mu.Unlock()
+	own, unwritten := r.snapshot()
+	rec := merge(base, own)
 	rec.Updated = time.Now().UTC()
 	value, err := encode(rec)
+	if err == nil {
+		err = r.spend(len(value), enforce)
+	}
 	if err != nil {
+		unwritten()
 		return err
 	}
 	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: r.cfg.Key}
@@ -331,16 +509,19 @@ func (r *Reporter) takeOver(ctx context.Context) error {
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: r.cfg.Key, Value: value, Session: r.sess.id}},
 	}, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
+		unwritten()
 		r.sess.checkNow()
 		return fmt.Errorf("taking over %s: %w", r.cfg.Key, err)
 	}
 	if !ok {
 		// The record changed since it was read (or the session is gone):
 		// read it again.
+		unwritten()
 		r.sess.checkNow()
 		return fmt.Errorf("taking over %s: %s", r.cfg.Key, txnErrors(resp))
 	}
 	r.mu.Lock()
+	r.own.Reporting.Writes++
 	r.own = merge(base, r.own)
 	r.mu.Unlock()
 	r.held, r.tried = true, nil
@@ -383,7 +564,9 @@ func (r *Reporter) Close(ctx context.Context) error {
 	bo := newBackoff(backoffCap)
 	var flushErr error
 	for {
-		flushErr = r.flush(ctx)
+		// The last write is never held back: it is one, and it carries
+		// the trial's result.
+		flushErr = r.flush(ctx, false)
 		if flushErr == nil || ctx.Err() != nil {
 			break
 		}

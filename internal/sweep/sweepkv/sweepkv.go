@@ -90,6 +90,41 @@ type Metrics struct {
 	Rewinds int `json:"rewinds,omitempty"`
 	// Updated is when the supervisor last wrote the record.
 	Updated time.Time `json:"updated"`
+	// Reporting counts what the trial's reporting supervisors took and
+	// wrote, and what their budgets held back, over every supervisor of
+	// the trial.
+	Reporting Reporting `json:"reporting,omitzero"`
+}
+
+// Reporting is what a trial's reporting supervisors counted. A supervisor
+// writes the record at most once a second, writes a result at once only
+// while a small allowance lasts, and spends from a byte budget on every
+// write (internal/sweep/report.Budget): a rank that prints faster has its
+// lines coalesced into fewer writes, which these counters make visible.
+type Reporting struct {
+	// Points are the metric and result lines taken into the record.
+	Points int64 `json:"points"`
+	// Writes are the record's writes to Consul.
+	Writes int64 `json:"writes"`
+	// ResultsDeferred counts writes of a result that waited for the
+	// write interval because the results' allowance was spent.
+	ResultsDeferred int64 `json:"results_deferred,omitempty"`
+	// ByteBudgetWaits counts writes delayed by the byte budget.
+	ByteBudgetWaits int64 `json:"byte_budget_waits,omitempty"`
+	// DroppedLines counts lines of rank 0 longer than a metric line may
+	// be (64 KiB), skipped unread.
+	DroppedLines int64 `json:"dropped_lines,omitempty"`
+}
+
+// Plus is the sum of two counts (a record resumed by another supervisor).
+func (r Reporting) Plus(o Reporting) Reporting {
+	return Reporting{Points: r.Points + o.Points, Writes: r.Writes + o.Writes, ResultsDeferred: r.ResultsDeferred + o.ResultsDeferred,
+		ByteBudgetWaits: r.ByteBudgetWaits + o.ByteBudgetWaits, DroppedLines: r.DroppedLines + o.DroppedLines}
+}
+
+// Throttled says whether a budget held anything back.
+func (r Reporting) Throttled() bool {
+	return r.ResultsDeferred > 0 || r.ByteBudgetWaits > 0 || r.DroppedLines > 0
 }
 
 // StopRequest at StopKey asks the trial's supervisors to stop: each emits a

@@ -1,0 +1,17 @@
+# Consul policy of the gpujob exporters' token: they read the sweeps'
+# records (state and spec) for the gpujob_sweep_* series. Nothing else:
+# Nomad registers the exporters' own service with its own token.
+#
+#   gpujob acl policy consul-exporter > exporter.hcl
+#   consul acl policy create -name gpujob-exporter -rules @exporter.hcl
+#   consul acl token create -policy-name gpujob-exporter -description "gpujob exporters"
+#
+# The token reaches the exporters through the Nomad variable
+# nomad/jobs/gpujob-exporter (gpujob exporter render --secrets).
+# scripts/dev-up.sh does all this with GPUJOB_DEV_ACL=1.
+
+# Every namespace's sweeps ("gpujob/sweeps" by default: gpujob acl policy
+# --sweep-prefix), read only.
+key_prefix "{{.SweepPrefix}}/" {
+  policy = "read"
+}
