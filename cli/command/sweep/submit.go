@@ -222,7 +222,7 @@ func validate(nomad nomadapi.API, job *api.Job, what string) error {
 		return fmt.Errorf("validating %s: %w", what, err)
 	}
 	if v.Error != "" || len(v.ValidationErrors) > 0 {
-		return fmt.Errorf("Nomad refuses %s: %s", what, v.Error)
+		return fmt.Errorf("the Nomad agent refuses %s: %s", what, v.Error)
 	}
 	return nil
 }
