@@ -76,8 +76,17 @@ func TestWatcherSnapshot(t *testing.T) {
 
 	var mu sync.Mutex
 	reqs := map[string]int{}
-	w := NewWatcher(Config{Nomad: f, Now: func() time.Time { return t0.Add(time.Minute) },
-		Requests: func(e string) { mu.Lock(); reqs[e]++; mu.Unlock() }})
+	issued := make(chan struct{}, 1) // a request was counted
+	count := func(e string) {
+		mu.Lock()
+		reqs[e]++
+		mu.Unlock()
+		select {
+		case issued <- struct{}{}:
+		default:
+		}
+	}
+	w := NewWatcher(Config{Nomad: f, Now: func() time.Time { return t0.Add(time.Minute) }, Requests: count})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -86,6 +95,23 @@ func TestWatcherSnapshot(t *testing.T) {
 	case <-w.Ready():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watcher never became ready")
+	}
+	// Ready means the first answers are in; each loop then issues its next
+	// (blocking) query. Wait until all three have, so that what is counted
+	// below is the snapshot's requests alone.
+	deadline := time.After(5 * time.Second)
+	for {
+		mu.Lock()
+		parked := reqs["nodes"] >= 2 && reqs["allocations"] >= 2 && reqs["jobs"] >= 2
+		mu.Unlock()
+		if parked {
+			break
+		}
+		select {
+		case <-issued:
+		case <-deadline:
+			t.Fatal("the watcher's loops never issued their blocking queries")
+		}
 	}
 	mu.Lock()
 	for k := range reqs {
@@ -142,7 +168,7 @@ func TestWatcherSnapshot(t *testing.T) {
 	}
 
 	// A node filter: only that node's GPUs and stats.
-	wb := NewWatcher(Config{Nomad: f, NodeID: "n-b", Requests: func(e string) { mu.Lock(); reqs[e]++; mu.Unlock() }})
+	wb := NewWatcher(Config{Nomad: f, NodeID: "n-b", Requests: count})
 	go func() { _ = wb.Run(ctx) }()
 	<-wb.Ready()
 	mu.Lock()
@@ -152,9 +178,11 @@ func TestWatcherSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
 	if len(sb.Nodes) != 1 || sb.Nodes[0].ID != "n-b" || reqs["node-stats"] != 1 {
 		t.Errorf("node filter: %+v, %v", sb.Nodes, reqs)
 	}
+	mu.Unlock()
 
 	// A change wakes the watcher's blocking queries and is signalled.
 	drain(w.Changed())
