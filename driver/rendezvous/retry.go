@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 // Backoff between retries of a failed Consul request. The cap is low on
@@ -54,11 +53,7 @@ func transient(err error) bool {
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var se api.StatusError
-	if errors.As(err, &se) {
-		return se.Code >= 500 || se.Code == 429
-	}
-	return true
+	return consul.Transient(err)
 }
 
 // retry runs op until it succeeds, fails permanently, or ctx ends (then

@@ -79,8 +79,8 @@ func TestElectionHandOver(t *testing.T) {
 func TestElectionLostSignal(t *testing.T) {
 	c := newClient(t)
 	for _, tc := range []struct {
-		name  string
-		break_ func(t *testing.T, s *Session, key string)
+		name    string
+		breakIt func(t *testing.T, s *Session, key string)
 	}{
 		{"session destroyed", func(t *testing.T, s *Session, key string) {
 			if _, err := c.Session().Destroy(s.ID(), nil); err != nil {
@@ -108,7 +108,7 @@ func TestElectionLostSignal(t *testing.T) {
 			if closedWithin(e.Lost(), 200*time.Millisecond) {
 				t.Fatal("Lost closed while leading")
 			}
-			tc.break_(t, s, key)
+			tc.breakIt(t, s, key)
 			if !closedWithin(e.Lost(), 5*time.Second) {
 				t.Fatal("Lost did not close")
 			}

@@ -38,6 +38,10 @@ type MutexOptions struct {
 	// no blocking query wakes). The Mutex retries with backoff up to it;
 	// 0 means Consul's default lock-delay, 15 s.
 	LockDelay time.Duration
+	// OnWait, if set, is called when Lock finds the key held by another
+	// session, once per holder (say, to log who it waits for, or to end
+	// a session of its own predecessor). It runs on Lock's goroutine.
+	OnWait func(ctx context.Context, holder *api.KVPair)
 	// Logf hears of failed requests (throttled); optional.
 	Logf func(format string, args ...any)
 }
@@ -133,6 +137,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	errBo := backoff.New(DefaultBackoffBase, DefaultBackoffCap)
 	delayBo := backoff.New(25*time.Millisecond, min(time.Second, m.opts.LockDelay))
 	var index, last uint64 // the next query's WaitIndex, the last answer's index
+	waitingFor := ""       // the holder OnWait was last called for
 	for {
 		if err := m.s.Err(); err != nil {
 			return fmt.Errorf("lock %s: %w", m.key, err)
@@ -153,6 +158,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 			}
 			if pair != nil && pair.Session != "" {
 				m.errs.OK()
+				if m.opts.OnWait != nil && pair.Session != waitingFor {
+					waitingFor = pair.Session
+					m.opts.OnWait(ctx, pair)
+				}
 				continue // held: wait for the key to change
 			}
 			var got bool

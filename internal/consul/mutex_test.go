@@ -205,3 +205,29 @@ func TestMutexIsCompatibleWithConsulapiLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMutexOnWaitSeesEachHolderOnce(t *testing.T) {
+	c := newClient(t)
+	key := uniqueKey(t)
+	sa := newSession(t, c, SessionOptions{})
+	a := NewMutex(sa, key, MutexOptions{Value: []byte("a")})
+	ctx := testCtx(t)
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter ends its predecessor's session, as the sweep controller
+	// does with a controller of its own allocation.
+	var seen []string
+	b := NewMutex(newSession(t, c, SessionOptions{}), key, MutexOptions{OnWait: func(ctx context.Context, holder *api.KVPair) {
+		seen = append(seen, string(holder.Value))
+		if _, err := c.Session().Destroy(holder.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			t.Error(err)
+		}
+	}})
+	if err := b.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != "a" {
+		t.Fatalf("OnWait saw %v, want [a]", seen)
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -82,16 +82,20 @@ func (c *Controller) key(f func(prefix, ns, sweep string) string) string {
 // it ends, with a lock delay of 1 ms so the lock passes to the next
 // controller at once: every state write checks the lock in the same
 // transaction, so a late write of the old controller cannot land.
-func (c *Controller) sessionOptions() rendezvous.SessionOptions {
+func (c *Controller) sessionOptions() consul.SessionOptions {
 	ttl := c.SessionTTL
 	if ttl == 0 {
 		ttl = 10 * time.Second
 	}
-	return rendezvous.SessionOptions{
+	return consul.SessionOptions{
 		Name: "gpujob-sweep " + c.Plan.Namespace + "/" + c.Plan.Sweep, TTL: ttl,
-		LockDelay: time.Millisecond, TTLOnly: true, Logf: c.Logf,
+		Behavior: api.SessionBehaviorDelete, LockDelay: sessionLockDelay, TTLOnly: true, Logf: c.Logf,
 	}
 }
+
+// sessionLockDelay is the controller session's lock-delay (see
+// sessionOptions).
+const sessionLockDelay = time.Millisecond
 
 // errLockLost is the cause of a Run that lost the sweep's lock.
 var errLockLost = errors.New("lost the sweep's lock")
@@ -105,7 +109,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Plan.Validate(); err != nil {
 		return err
 	}
-	sess, err := rendezvous.NewSession(ctx, c.Consul, c.sessionOptions())
+	sess, err := consul.NewSession(ctx, c.Consul, c.sessionOptions())
 	if err != nil {
 		return fmt.Errorf("sweep %s: controller session: %w", c.Plan.Sweep, err)
 	}
@@ -129,7 +133,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	if err := c.lock(ctx, sess.ID()); err != nil {
+	if err := c.lock(ctx, sess); err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause
 		}
@@ -328,57 +332,27 @@ func (c *Controller) wait(ctx context.Context, changed <-chan struct{}, wake tim
 // restarted the task): it is destroyed at once. One held by another
 // allocation is waited for: its session ends when that controller stops
 // renewing it.
-func (c *Controller) lock(ctx context.Context, session string) error {
-	kv := c.Consul.KV()
-	key := c.key(sweepkv.LockKey)
-	var index uint64
+func (c *Controller) lock(ctx context.Context, sess *consul.Session) error {
 	waitingFor := ""
-	for {
-		ok, _, err := kv.Acquire(&api.KVPair{Key: key, Value: []byte(c.AllocID), Session: session}, (&api.WriteOptions{}).WithContext(ctx))
-		if err == nil && ok {
-			return nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			c.logf("acquiring %s: %v", key, err)
-		}
-		pair, meta, err := kv.Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if !backoff.Sleep(ctx, time.Second) {
-				return ctx.Err()
-			}
-			continue
-		}
-		switch {
-		case pair != nil && pair.Session != "" && pair.Session != session && c.AllocID != "" && string(pair.Value) == c.AllocID:
-			c.logf("sweep %s: taking over the lock from this allocation's previous controller (session %s)", c.Plan.Sweep, pair.Session)
-			if _, err := c.Consul.Session().Destroy(pair.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-				c.logf("destroying session %s: %v", pair.Session, err)
-				if !backoff.Sleep(ctx, 200*time.Millisecond) {
-					return ctx.Err()
+	m := consul.NewMutex(sess, c.key(sweepkv.LockKey), consul.MutexOptions{
+		Value: []byte(c.AllocID), LockDelay: sessionLockDelay, Logf: c.Logf,
+		OnWait: func(ctx context.Context, holder *api.KVPair) {
+			if c.AllocID != "" && string(holder.Value) == c.AllocID {
+				// This allocation's previous controller (a restarted
+				// task): its session would hold the lock for a TTL.
+				c.logf("sweep %s: taking over the lock from this allocation's previous controller (session %s)", c.Plan.Sweep, holder.Session)
+				if _, err := c.Consul.Session().Destroy(holder.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+					c.logf("destroying session %s: %v", holder.Session, err)
 				}
+				return
 			}
-			index = 0
-		case pair != nil && pair.Session != "":
-			if holder := orDefault(string(pair.Value), "?"); holder != waitingFor {
-				waitingFor = holder
-				c.logf("sweep %s: waiting for the lock, held by allocation %s until its session ends", c.Plan.Sweep, holder)
+			if h := orDefault(string(holder.Value), "?"); h != waitingFor {
+				waitingFor = h
+				c.logf("sweep %s: waiting for the lock, held by allocation %s until its session ends", c.Plan.Sweep, h)
 			}
-			index = meta.LastIndex
-		default:
-			// Free, yet the acquire failed: a lock delay, or it was
-			// freed meanwhile. Try again shortly.
-			index = 0
-			if !backoff.Sleep(ctx, 50*time.Millisecond) {
-				return ctx.Err()
-			}
-		}
-	}
+		},
+	})
+	return m.Lock(ctx)
 }
 
 // load reads the state and its ModifyIndex (0 when there is none yet),
