@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
@@ -278,12 +279,12 @@ func TestWaitsForAnEarlierSupervisorsSession(t *testing.T) {
 	key, _ := trialKeys(t, c)
 	// An earlier supervisor of the trial, still holding the record with
 	// a session like a reporter's.
-	s, err := createSession(context.Background(), c, "earlier", 10*time.Second, nil, func() {})
+	s, err := consul.NewSession(context.Background(), c, sessionOptions("earlier", 10*time.Second, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.stopRenewing()
-	earlier := s.id
+	s.StopRenewing()
+	earlier := s.ID()
 	b, _ := json.Marshal(sweepkv.Metrics{Points: []sweepkv.Point{pt(1, 1), pt(2, 1)}})
 	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: key, Value: b, Session: earlier}, nil); !ok || err != nil {
 		t.Fatalf("acquire: %v %v", ok, err)
