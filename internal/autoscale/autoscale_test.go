@@ -251,9 +251,9 @@ func TestAutoscalerFailsOverToAnotherGateway(t *testing.T) {
 	stops := map[string]func(){}
 	for _, id := range []string{"gw-a", "gw-b"} {
 		as[id] = newAutoscaler(t, c, prefix, gw, id, nomad.scaler(id))
-		// One that does not lead waits up to campaignWait for the lock
-		// before it sees its context has ended.
-		stops[id] = runBg(t, campaignWait+3*time.Second, as[id].Run)
+		// One that does not lead stops waiting for the lock as soon as
+		// its context ends.
+		stops[id] = runBg(t, 3*time.Second, as[id].Run)
 	}
 	leader := func() string {
 		var ids []string
@@ -357,8 +357,9 @@ func TestAutoscalerKeepsCampaigningAfterLosingItsSession(t *testing.T) {
 }
 
 // TestAutoscalerDoesNotActWithoutTheLock holds the lock from outside: the
-// autoscaler waits without scaling, and when stopped returns within a
-// campaign wait, leaving no session.
+// autoscaler waits without scaling, and when stopped returns at once,
+// leaving no session. The outside holder is consulapi.Lock, as in gateways
+// of the previous release: the two must exclude each other.
 func TestAutoscalerDoesNotActWithoutTheLock(t *testing.T) {
 	c := newClient(t)
 	prefix, gw := testPrefixes(t)
@@ -378,7 +379,7 @@ func TestAutoscalerDoesNotActWithoutTheLock(t *testing.T) {
 	defer other.Unlock()
 
 	a := newAutoscaler(t, c, prefix, gw, "gw-a", nomad.scaler("gw-a"))
-	stop := runBg(t, campaignWait+2*time.Second, a.Run)
+	stop := runBg(t, 2*time.Second, a.Run)
 	eventually(t, 3*time.Second, "no autoscaler session", func() bool {
 		return len(sessionsNamed(t, c, LockSessionName)) == 1
 	})
