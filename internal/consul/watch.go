@@ -49,9 +49,11 @@ type WatchOptions struct {
 	// AllowStale lets any server answer (RequireConsistent is never set).
 	AllowStale bool
 	// Logf hears of failed reads (throttled, see internal/errlog), as
-	// What; optional.
+	// What, each with Note after the error (default " (retrying)");
+	// optional.
 	Logf func(format string, args ...any)
 	What string
+	Note string
 }
 
 // Watch runs query as a blocking-query loop until ctx ends or deliver
@@ -79,7 +81,10 @@ func Watch[T any](ctx context.Context, query Query[T], opts WatchOptions, delive
 		opts.BackoffCap = DefaultBackoffCap
 	}
 	opts.FailAfter = max(opts.FailAfter, 1)
-	errs := errlog.NewRetrying(opts.Logf, opts.What)
+	if opts.Note == "" {
+		opts.Note = " (retrying)"
+	}
+	errs := errlog.NewNoted(opts.Logf, opts.What, opts.Note)
 	bo := backoff.New(opts.BackoffBase, opts.BackoffCap)
 	var (
 		index     uint64 // the next query's WaitIndex

@@ -12,6 +12,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -163,7 +164,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 	nomad := p.g.cfg.Nomad
 	ns, jobID := p.svc.ns, p.jobID
 	bo := backoff.New(250*time.Millisecond, 30*time.Second)
-	errs := &throttledLog{logf: p.g.logf, interval: 30 * time.Second}
+	errs := errlog.NewNoted(p.g.logf, fmt.Sprintf("gateway: asking Nomad which replicas of %s (job %s) may serve", p.svc.key, jobID), " (keeping the last good ones)")
 	if jobID == "" {
 		p.setReplicas(replicaSet{loaded: true, refusal: "the route names no Nomad job"})
 		<-ctx.Done()
@@ -177,7 +178,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 		lastSet   replicaSet
 	)
 	fail := func(err error) {
-		errs.errorf("gateway: asking Nomad which replicas of %s (job %s) may serve: %v (keeping the last good ones)", p.svc.key, jobID, err)
+		errs.Failed(err)
 		bo.Wait(ctx)
 	}
 	for ctx.Err() == nil {
@@ -205,7 +206,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
-		errs.recovered("gateway: asking Nomad about the replicas of %s again", p.svc.key)
+		errs.OK()
 		index, _ = nextIndex(index, got)
 		lastPrint, checkedAt = print, time.Now()
 		if set.refusal != lastSet.refusal && set.refusal != "" {
