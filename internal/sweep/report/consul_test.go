@@ -410,13 +410,24 @@ func TestWatchStopIgnoresOtherTrialsWrites(t *testing.T) {
 	key, stopKey := trialKeys(t, c)
 	own := start(t, c, key)
 	var others []*Reporter
+	var otherKeys []string
 	for i := range 4 {
 		other := sweepkv.MetricsKey(sweepkv.DefaultPrefix, "default", "sweep", fmt.Sprintf("%s-other%d", t.Name(), i))
+		otherKeys = append(otherKeys, other)
 		others = append(others, start(t, c, other))
 		others[i].Line(`gpujob-metric: {"step": 0, "v": 1}`)
 	}
 	own.Line(`gpujob-metric: {"step": 0, "v": 1}`)
-	time.Sleep(200 * time.Millisecond) // every record taken
+	// Every record taken (the takeovers are writes the watch must not
+	// count).
+	waitFor(t, 5*time.Second, "not every record was taken", func() bool {
+		for _, k := range append(otherKeys, key) {
+			if p, _, err := c.KV().Get(k, nil); err != nil || p == nil || p.Session == "" {
+				return false
+			}
+		}
+		return true
+	})
 	count := &writeCounter{}
 	wc := client(t, count)
 	ctx, cancel := context.WithCancel(context.Background())
