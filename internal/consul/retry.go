@@ -47,14 +47,19 @@ func IsInvalidSession(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "invalid session")
 }
 
-// retry runs op until it succeeds, fails for good (see Transient), or ctx
-// ends; then the last error is returned wrapped with ctx's. logf, if set,
-// hears of every transient failure.
-func retry(ctx context.Context, logf func(string, ...any), what string, op func(context.Context) error) error {
+// Retry runs op until it succeeds, fails for good, or ctx ends (then the
+// last error is returned wrapped with ctx's). isTransient says which errors
+// are worth retrying (nil: Transient); logf, if set, hears of every
+// transient failure as what. Retries are paced from DefaultBackoffBase to
+// DefaultBackoffCap, with jitter.
+func Retry(ctx context.Context, logf func(string, ...any), what string, isTransient func(error) bool, op func(context.Context) error) error {
+	if isTransient == nil {
+		isTransient = Transient
+	}
 	bo := backoff.New(DefaultBackoffBase, DefaultBackoffCap)
 	for {
 		err := op(ctx)
-		if err == nil || !Transient(err) {
+		if err == nil || !isTransient(err) {
 			return err
 		}
 		if ctx.Err() != nil {

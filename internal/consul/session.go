@@ -122,7 +122,7 @@ func NewSession(ctx context.Context, client *api.Client, opts SessionOptions) (*
 	if opts.CreateOnce {
 		id, err = create(ctx)
 	} else {
-		err = retry(ctx, opts.Logf, "create consul session "+opts.Name, func(ctx context.Context) error {
+		err = Retry(ctx, opts.Logf, "create consul session "+opts.Name, nil, func(ctx context.Context) error {
 			var err error
 			id, err = create(ctx)
 			return err
@@ -291,7 +291,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.end(fmt.Errorf("%w: %s (%s)", ErrSessionClosed, s.id, s.opts.Name))
-	err := retry(ctx, s.opts.Logf, "destroy consul session "+s.id, func(ctx context.Context) error {
+	err := Retry(ctx, s.opts.Logf, "destroy consul session "+s.id, nil, func(ctx context.Context) error {
 		_, err := s.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(ctx))
 		return err
 	})
