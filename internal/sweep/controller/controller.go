@@ -549,20 +549,13 @@ func (r *runner) act(ctx context.Context, a Action) (retryAt time.Time, err erro
 // records, stop requests), by blocking queries.
 func (c *Controller) watchTrials(ctx context.Context, notify func()) {
 	prefix := c.key(sweepkv.SweepKey) + "/trials/"
-	var index uint64
-	for ctx.Err() == nil {
-		_, meta, err := c.Consul.KV().Keys(prefix, "", (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
-		if err != nil {
-			if !backoff.Sleep(ctx, time.Second) {
-				return
-			}
-			continue
-		}
-		if meta.LastIndex != index {
-			notify()
-		}
-		index = nextIndex(index, meta.LastIndex)
+	keys := func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
+		return c.Consul.KV().Keys(prefix, "", q)
 	}
+	_ = consul.Watch(ctx, keys, c.watchOptions("watching "+prefix), func([]string, uint64) error {
+		notify()
+		return nil
+	})
 }
 
 // watchState signals every write of the state by another writer (the
@@ -570,29 +563,18 @@ func (c *Controller) watchTrials(ctx context.Context, notify func()) {
 // it again.
 func (c *Controller) watchState(ctx context.Context, saved *atomic.Uint64, notify func()) {
 	key := c.key(sweepkv.StateKey)
-	var index uint64
-	for ctx.Err() == nil {
-		pair, meta, err := c.Consul.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
-		if err != nil {
-			if !backoff.Sleep(ctx, time.Second) {
-				return
-			}
-			continue
-		}
-		if meta.LastIndex != index && (pair == nil || pair.ModifyIndex != saved.Load()) {
+	_ = consul.Watch(ctx, consul.KeyQuery(c.Consul, key), c.watchOptions("watching "+key), func(pair *api.KVPair, _ uint64) error {
+		if pair == nil || pair.ModifyIndex != saved.Load() {
 			notify()
 		}
-		index = nextIndex(index, meta.LastIndex)
-	}
+		return nil
+	})
 }
 
-// nextIndex is the index of the next blocking query: Consul's, reset when
-// it went backwards (a restored snapshot), never 0 (which does not block).
-func nextIndex(prev, last uint64) uint64 {
-	if last < prev {
-		return 0
-	}
-	return max(last, 1)
+// watchOptions pace the controller's watches: a failed read is retried
+// within a second or so (the reconcile loop's own reads say more).
+func (c *Controller) watchOptions(what string) consul.WatchOptions {
+	return consul.WatchOptions{BackoffBase: 250 * time.Millisecond, BackoffCap: time.Second, Logf: c.Logf, What: "sweep " + c.Plan.Sweep + ": " + what}
 }
 
 // watchJobs signals every change of the trial jobs.
