@@ -98,7 +98,7 @@ func (r *Rendezvous) campaign(ctx context.Context) {
 					return
 				}
 				r.logf("acquire the coordinator lock: %v (retrying)", err)
-				if strings.Contains(err.Error(), "invalid session") {
+				if consul.IsInvalidSession(err) {
 					sess.Check()
 				}
 				wait = bo.Next()

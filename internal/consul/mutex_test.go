@@ -167,7 +167,7 @@ func TestMutexHonoursLockDelay(t *testing.T) {
 	if waited < delay-200*time.Millisecond {
 		t.Errorf("took the lock %s after the holder was invalidated, within its lock-delay %s", waited, delay)
 	}
-	if waited > delay+1500*time.Millisecond {
+	if waited > delay+3*time.Second {
 		t.Errorf("took the lock %s after the holder was invalidated: too long after the lock-delay %s", waited, delay)
 	}
 }
