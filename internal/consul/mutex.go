@@ -147,7 +147,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 		}
 		pair, meta, err := m.s.client.KV().Get(m.key, (&api.QueryOptions{WaitIndex: index, WaitTime: lockWaitTime}).WithContext(ctx))
 		if err == nil {
-			index, last = nextIndex(last, meta.LastIndex), meta.LastIndex
+			index, last = NextIndex(last, meta.LastIndex), meta.LastIndex
 			if pair != nil && pair.Session == m.s.ID() {
 				// Ours already (an acquire whose answer was lost).
 				m.mu.Lock()
@@ -214,7 +214,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // given the previous answer's index and this one's: start over (0) when
 // the index went backwards (a restored snapshot, a new cluster), and never
 // wait on 0, which returns at once.
-func nextIndex(prev, last uint64) uint64 {
+func NextIndex(prev, last uint64) uint64 {
 	if last < prev {
 		return 0
 	}

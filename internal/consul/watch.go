@@ -126,7 +126,7 @@ func Watch[T any](ctx context.Context, query Query[T], opts WatchOptions, delive
 		}
 		bo.Reset()
 		changed := !delivered || meta.LastIndex != last
-		index, last = nextIndex(last, meta.LastIndex), meta.LastIndex
+		index, last = NextIndex(last, meta.LastIndex), meta.LastIndex
 		if !changed {
 			continue
 		}

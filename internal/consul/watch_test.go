@@ -163,3 +163,18 @@ func TestWatchReturnsTheDeliverError(t *testing.T) {
 		t.Fatalf("Watch = %v, want deliver's error", err)
 	}
 }
+
+func TestNextIndex(t *testing.T) {
+	for _, c := range []struct{ prev, last, next uint64 }{
+		{0, 10, 10},
+		{10, 10, 10},
+		{10, 12, 12},
+		{10, 5, 0}, // went backwards: start over
+		{0, 0, 1},  // never wait on 0
+		{1, 0, 0},  // backwards to 0: start over (the next answer then waits on at least 1)
+	} {
+		if got := NextIndex(c.prev, c.last); got != c.next {
+			t.Errorf("NextIndex(%d, %d) = %d, want %d", c.prev, c.last, got, c.next)
+		}
+	}
+}

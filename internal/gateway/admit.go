@@ -12,6 +12,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/errlog"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
@@ -194,7 +195,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 		// other jobs too. What changed for this job is in the list.
 		print := allocsPrint(allocs)
 		if lastSet.loaded && print == lastPrint && time.Since(checkedAt) < jobRecheck {
-			index, _ = nextIndex(index, got)
+			index = consul.NextIndex(index, got)
 			continue
 		}
 		set, err := p.readReplicas(ctx, ns, jobID, allocs, cache)
@@ -207,7 +208,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 		}
 		bo.Reset()
 		errs.OK()
-		index, _ = nextIndex(index, got)
+		index = consul.NextIndex(index, got)
 		lastPrint, checkedAt = print, time.Now()
 		if set.refusal != lastSet.refusal && set.refusal != "" {
 			p.g.logf("gateway: route %s: admitting no replica: %s", p.svc.key, set.refusal)

@@ -140,20 +140,6 @@ func watchOptions(logf func(string, ...any), what string) consul.WatchOptions {
 	}
 }
 
-// nextIndex applies Nomad's blocking-query rules (Consul's, see
-// internal/consul): an index that went
-// backwards (a snapshot restore, a new cluster) restarts from 0, and 0 is
-// never waited on (it would not block).
-func nextIndex(old, got uint64) (next uint64, changed bool) {
-	if got == 0 {
-		got = 1
-	}
-	if got < old {
-		return 0, true
-	}
-	return got, got != old
-}
-
 // applyKV rebuilds the routing table from a list of the services' tree and
 // starts, replaces or stops the services' pools to match. A malformed value
 // is logged (once per version) and skipped; a route that was good and turns
