@@ -26,11 +26,10 @@ const sessionTTL = 10 * time.Second
 const requestTimeout = 3 * time.Second
 
 // newSession creates a session of the reporter or the autoscaler
-// (retrying until ctx ends). The package manages its sessions itself
-// (rather than letting consulapi.Lock create one, as releases before 0.1
-// did) so that Run can destroy them before it returns: a stopped gateway
-// leaves no session, no lock and no load report behind, and no goroutine
-// that still talks to Consul.
+// (retrying until ctx ends). The package manages its sessions itself so
+// that Run can destroy them before it returns: a stopped gateway leaves no
+// session, no lock and no load report behind, and no goroutine that still
+// talks to Consul.
 func newSession(ctx context.Context, client *consulapi.Client, name, behavior string, lockDelay time.Duration, logf func(string, ...any)) (*consul.Session, error) {
 	return consul.NewSession(ctx, client, consul.SessionOptions{
 		Name: name, TTL: sessionTTL, Behavior: behavior, LockDelay: lockDelay, Logf: logf,
