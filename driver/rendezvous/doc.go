@@ -39,8 +39,8 @@
 //
 // The pieces follow etcd's client/v3/concurrency:
 //
-//   - Session (session.go): a Consul session with its own renewal loop; Done
-//     closes when it is lost for good, Err says why.
+//   - Session (internal/consul): a Consul session with its own renewal
+//     loop; Done closes when it is lost for good, Err says why.
 //   - the election (election.go): the coordinator lock P/ctl/leader, held
 //     with the member's session and followed through the P/ctl/ watch every
 //     member keeps anyway.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 // The coordinator election: a Consul lock on P/ctl/leader held with the
@@ -96,7 +98,7 @@ func (r *Rendezvous) campaign(ctx context.Context) {
 					return
 				}
 				r.logf("acquire the coordinator lock: %v (retrying)", err)
-				if strings.Contains(err.Error(), "invalid session") {
+				if consul.IsInvalidSession(err) {
 					sess.Check()
 				}
 				wait = bo.Next()
@@ -146,7 +148,7 @@ func (r *Rendezvous) acquireCreatingRound1(ctx context.Context, sid string) (boo
 // the published holder is someone else or nobody (the key was deleted), or
 // the session that holds it is lost. created says that the lock was taken
 // together with round 1.
-func (r *Rendezvous) lead(ctx context.Context, sess *Session, created bool) {
+func (r *Rendezvous) lead(ctx context.Context, sess *consul.Session, created bool) {
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.coordinate(lctx, created) }()

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 var errNotOpen = errors.New("rendezvous: not open (call Open first) or already closed")
@@ -229,7 +230,7 @@ func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 	}
 	got, _, err := r.kv.Acquire(&api.KVPair{Key: r.key(livePrefix + r.self.ID), Value: val, Session: sid}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
-		if strings.Contains(err.Error(), "invalid session") {
+		if consul.IsInvalidSession(err) {
 			// Ours was just lost: have it confirmed now, so that the
 			// retry can use its replacement.
 			r.checkSession(sid)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 // Defaults for the zero values of Config.
@@ -112,7 +114,7 @@ type Rendezvous struct {
 	base string // Prefix/RunID/
 
 	mu       sync.Mutex
-	sess     *Session // current session; nil before Open and while a lost one is replaced
+	sess     *consul.Session // current session; nil before Open and while a lost one is replaced
 	snap     snapshot
 	haveSnap bool
 	changed  chan struct{} // closed and replaced on every publish
@@ -128,7 +130,7 @@ type Rendezvous struct {
 	// roundSession the session it was joined with: Watch reports that
 	// session's loss as this member's failure.
 	lastReturned int
-	roundSession *Session
+	roundSession *consul.Session
 	// rosterCache is the last roster snapRoster decoded.
 	rosterCache decodedRoster
 	// campaignSpread is campaignSpread (election.go); tests replace it.
@@ -264,14 +266,15 @@ func (r *Rendezvous) SessionID() string {
 	return r.sess.ID()
 }
 
-func (r *Rendezvous) sessionOptions() SessionOptions {
+func (r *Rendezvous) sessionOptions() consul.SessionOptions {
 	var checks []string
 	if len(r.cfg.SessionNodeChecks) > 0 {
 		checks = r.cfg.SessionNodeChecks
 	}
-	return SessionOptions{
+	return consul.SessionOptions{
 		Name:       "gpujob-rendezvous " + r.cfg.RunID + " " + r.self.Name,
 		TTL:        r.cfg.SessionTTL,
+		Behavior:   api.SessionBehaviorDelete, // a lost member's keys go with it
 		LockDelay:  lockDelay,
 		NodeChecks: checks,
 		TTLOnly:    r.cfg.SessionTTLOnly,
@@ -295,7 +298,7 @@ func (r *Rendezvous) Open(ctx context.Context) error {
 
 	octx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
 	defer cancel()
-	sess, err := NewSession(octx, r.cfg.Client, r.sessionOptions())
+	sess, err := consul.NewSession(octx, r.cfg.Client, r.sessionOptions())
 	if err != nil {
 		return fmt.Errorf("rendezvous %s: open as %s: %w", r.cfg.RunID, r.self.Name, err)
 	}
@@ -348,10 +351,10 @@ func (r *Rendezvous) keepSession(ctx context.Context) {
 		r.sess = nil
 		r.publishLocked()
 		r.mu.Unlock()
-		var next *Session
+		var next *consul.Session
 		for bo := newBackoff(); ; {
 			var err error
-			if next, err = NewSession(ctx, r.cfg.Client, r.sessionOptions()); err == nil {
+			if next, err = consul.NewSession(ctx, r.cfg.Client, r.sessionOptions()); err == nil {
 				break
 			}
 			if ctx.Err() != nil {
@@ -374,9 +377,9 @@ func (r *Rendezvous) keepSession(ctx context.Context) {
 // memberState is what a member knows at one moment.
 type memberState struct {
 	snap    snapshot
-	ok      bool          // snap has been read from Consul at least once
-	changed chan struct{} // closes on the next change of any of this
-	sess    *Session      // nil while a lost session is being replaced
+	ok      bool            // snap has been read from Consul at least once
+	changed chan struct{}   // closes on the next change of any of this
+	sess    *consul.Session // nil while a lost session is being replaced
 	fatal   error
 }
 

@@ -3,12 +3,9 @@ package rendezvous
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
-
-	"github.com/hashicorp/consul/api"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 // Backoff between retries of a failed Consul request. The cap is low on
@@ -16,8 +13,8 @@ import (
 // (an outage of a minute must cost training nothing), and a thousand members
 // retrying every 2 s is still a light load for a recovering server.
 const (
-	backoffBase = 50 * time.Millisecond
-	backoffCap  = 2 * time.Second
+	backoffBase = consul.DefaultBackoffBase // 50 ms
+	backoffCap  = consul.DefaultBackoffCap  // 2 s
 )
 
 // newBackoff paces the rendezvous's retries (internal/backoff).
@@ -54,31 +51,12 @@ func transient(err error) bool {
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var se api.StatusError
-	if errors.As(err, &se) {
-		return se.Code >= 500 || se.Code == 429
-	}
-	return true
+	return consul.Transient(err)
 }
 
 // retry runs op until it succeeds, fails permanently, or ctx ends (then
 // the last error is returned wrapped with ctx's). logf, if set, hears of
 // every transient failure.
 func retry(ctx context.Context, logf func(string, ...any), what string, op func(context.Context) error) error {
-	bo := newBackoff()
-	for {
-		err := op(ctx)
-		if err == nil || !transient(err) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		}
-		if logf != nil {
-			logf("%s: %v (retrying)", what, err)
-		}
-		if !bo.Wait(ctx) {
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		}
-	}
+	return consul.Retry(ctx, logf, what, transient, op)
 }

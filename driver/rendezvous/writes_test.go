@@ -135,6 +135,11 @@ func TestCampaignWaitsItsTurn(t *testing.T) {
 	cfg := Config{RunID: fmt.Sprintf("test/%s-%d", t.Name(), time.Now().UnixNano()), Min: 2, Max: 2, JoinTimeout: 20 * time.Second}
 	g := &group{t: t, runID: cfg.RunID, cfg: cfg}
 	defer g.closeAll()
+	// lateDrew closes when the late member has seen the lock free and
+	// drawn its turn: only then does the test say anything about waiting
+	// for it (a member that sees the lock taken never draws).
+	lateDrew := make(chan struct{})
+	var drewOnce sync.Once
 	for i, tc := range []struct {
 		client *api.Client
 		turn   time.Duration
@@ -145,14 +150,23 @@ func TestCampaignWaitsItsTurn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.campaignSpread = func(int) time.Duration { return tc.turn }
+		r.campaignSpread = func(int) time.Duration {
+			if i == 1 {
+				drewOnce.Do(func() { close(lateDrew) })
+			}
+			return tc.turn
+		}
 		g.rs = append(g.rs, r)
 	}
 	// The late member opens first: it sees the lock free, and waits.
 	if err := g.rs[1].Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-lateDrew:
+	case <-ctx.Done():
+		t.Fatal("the late member never saw the lock free")
+	}
 	if err := g.rs[0].Open(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func Main(specPath string) int {
 		LastCall:    time.Duration(spec.LastCall),
 		MaxRestarts: spec.MaxRestarts,
 		Expected:    spec.Expected,
-		Logf:        newThrottledLog(os.Stderr, consulLogEvery).logf,
+		Logf:        consulLog(os.Stderr),
 	}, rendezvous.Member{
 		ID:             spec.Self.ID,
 		Name:           spec.Self.Name,

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/servekv"
 	consulapi "github.com/hashicorp/consul/api"
 )
@@ -76,16 +77,12 @@ const DefaultTick = time.Second
 const LockSessionName = "gpujob-gateway-autoscaler"
 
 const (
-	// campaignWait bounds one blocking wait for the lock. It is how long
-	// a gateway that is not the leader may take to return from Run, as
-	// consulapi.Lock's wait takes no context; the lock is still taken as
-	// soon as it is released.
-	campaignWait = 2 * time.Second
 	// leaderLockDelay is how long Consul keeps the lock from everyone
 	// after the leader's session is invalidated (a crash, a node failure;
-	// a clean step-down releases it with no delay). None: any delay makes
-	// consulapi.Lock retry only after its fixed 5 s (DefaultLockRetryTime),
-	// holding up scale-from-zero that much longer, and what the delay
+	// a clean step-down releases it with no delay). None: any delay holds
+	// up scale-from-zero after a leader's crash (and makes the gateways of
+	// the previous release, on consulapi.Lock, retry only after its fixed
+	// 5 s, DefaultLockRetryTime), and what the delay
 	// guards against is cheap here: a leader cut off from Consul cannot
 	// read fresh loads, and every Scale is preceded by a read of Nomad's
 	// count, so an overlap costs at most a redundant Scale.
@@ -147,80 +144,61 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 // session is lost.
 func (a *Autoscaler) term(ctx context.Context, bo *backoff.Backoff) {
 	logf := a.cfg.Logf
-	s, err := newSession(ctx, a.cfg.Consul, sessionSpec{
-		Name: LockSessionName, Behavior: consulapi.SessionBehaviorRelease, LockDelay: leaderLockDelay,
-	}, logf)
+	s, err := newSession(ctx, a.cfg.Consul, LockSessionName, consulapi.SessionBehaviorRelease, leaderLockDelay, logf)
 	if err != nil {
 		return // ctx ended
 	}
-	defer s.destroy()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.lost:
-			cancel()
-		case <-sctx.Done():
-		}
-	}()
+	defer closeSession(s, logf)
 	key := servekv.LeaderKey(a.cfg.GatewayPrefix)
-	// The session is ours (see session), so SessionName and SessionTTL
-	// only document what it is.
-	lock, err := a.cfg.Consul.LockOpts(&consulapi.LockOptions{
-		Key: key, Value: []byte(a.cfg.ID), Session: s.id,
-		SessionName: LockSessionName, SessionTTL: sessionTTL.String(),
-		LockWaitTime: campaignWait,
-		// Ride out a brief Consul error rather than step down at once.
-		MonitorRetries: 3, MonitorRetryTime: time.Second,
-	})
-	if err != nil {
-		logf("autoscaler %s: %v", a.cfg.ID, err)
-		bo.Wait(ctx)
-		return
-	}
+	// The key keeps the format consulapi.Lock gave it (the value is the
+	// gateway ID, the flags LockFlagValue), so that gateways of the
+	// previous release, which still take it with consulapi.Lock, and
+	// this one exclude each other during a rolling upgrade.
+	e := consul.NewElection(s, key, consul.MutexOptions{Flags: consulapi.LockFlagValue, LockDelay: leaderLockDelay, Logf: logf})
 	errs := errlog.New(logf, "autoscaler "+a.cfg.ID+": campaigning for "+key)
-	for sctx.Err() == nil {
-		lost, err := lock.Lock(sctx.Done())
-		if err != nil {
-			if sctx.Err() != nil {
-				return
+	for ctx.Err() == nil && s.Err() == nil {
+		if err := e.Campaign(ctx, []byte(a.cfg.ID)); err != nil {
+			if ctx.Err() != nil || s.Err() != nil {
+				break
 			}
 			errs.Failed(err)
 			// Perhaps the session is gone (Consul refuses to acquire
 			// for it): find out now rather than at the next renewal.
-			s.checkNow()
-			bo.Wait(sctx)
+			s.Check()
+			bo.Wait(ctx)
 			continue
-		}
-		if lost == nil {
-			return // sctx ended while waiting
 		}
 		errs.OK()
 		started := time.Now()
 		logf("autoscaler %s: leading (holding %s)", a.cfg.ID, key)
-		a.lead(sctx, lost)
+		a.lead(ctx, e.Lost())
 		// Release the lock now, so that another gateway takes over at
 		// once (its blocking wait wakes) rather than when the session
-		// ends. consulapi's Unlock takes no context; a Consul that stops
-		// answering mid-request holds the step-down until the connection
-		// fails.
-		if err := lock.Unlock(); err != nil && !s.isLost() {
+		// ends.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		if err := e.Resign(rctx); err != nil && !s.Lost() {
 			logf("autoscaler %s: releasing %s: %v", a.cfg.ID, key, err)
 		}
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			logf("autoscaler %s: stepped down", a.cfg.ID)
 			return
-		case s.isLost():
-			logf("autoscaler %s: lost its consul session; campaigning again", a.cfg.ID)
-			return
+		case s.Lost():
+			break
+		default:
+			logf("autoscaler %s: lost %s; campaigning again", a.cfg.ID, key)
+			s.Check() // the session's end is the likeliest cause
+			if time.Since(started) > time.Minute {
+				bo.Reset()
+			}
+			bo.Wait(ctx)
+			continue
 		}
-		logf("autoscaler %s: lost %s; campaigning again", a.cfg.ID, key)
-		s.checkNow() // the session's end is the likeliest cause
-		if time.Since(started) > time.Minute {
-			bo.Reset()
-		}
-		bo.Wait(sctx)
+		break
+	}
+	if s.Lost() {
+		logf("autoscaler %s: lost its consul session; campaigning again", a.cfg.ID)
 	}
 }
 
@@ -319,18 +297,16 @@ func (a *Autoscaler) lead(ctx context.Context, lost <-chan struct{}) {
 
 func (a *Autoscaler) watchRoutes(ctx context.Context, f *feed) {
 	prefix := a.cfg.Prefix + "/"
-	errs := errlog.New(a.cfg.Logf, "autoscaler: watching the routes under "+prefix)
 	// Each bad version of a key is logged once, not on every change of
 	// the tree.
 	logged := map[string]uint64{}
-	watchList(ctx, a.cfg.Consul, prefix, func(pairs consulapi.KVPairs) {
-		errs.OK()
+	watchList(ctx, a.cfg.Consul, prefix, a.cfg.Logf, "autoscaler: watching the routes under "+prefix, func(pairs consulapi.KVPairs) {
 		routes := a.parseRoutes(pairs, logged)
 		f.mu.Lock()
 		f.routes, f.routesOK = routes, true
 		f.mu.Unlock()
 		f.notify()
-	}, errs.Failed)
+	}, nil, nil)
 }
 
 // parseRoutes picks the autoscaled services out of the services' tree.
@@ -378,10 +354,13 @@ func (a *Autoscaler) parseRoutes(pairs consulapi.KVPairs, logged map[string]uint
 
 func (a *Autoscaler) watchLoads(ctx context.Context, f *feed) {
 	prefix := servekv.LoadPrefix(a.cfg.GatewayPrefix)
-	errs := errlog.New(a.cfg.Logf, "autoscaler: watching the load reports under "+prefix)
 	bad := errlog.New(a.cfg.Logf, "autoscaler: reading load reports")
-	watchList(ctx, a.cfg.Consul, prefix, func(pairs consulapi.KVPairs) {
-		errs.OK()
+	setErr := func(failing bool) {
+		f.mu.Lock()
+		f.loadsErr = failing
+		f.mu.Unlock()
+	}
+	watchList(ctx, a.cfg.Consul, prefix, a.cfg.Logf, "autoscaler: watching the load reports under "+prefix, func(pairs consulapi.KVPairs) {
 		loads := make([]servekv.Load, 0, len(pairs))
 		for _, p := range pairs {
 			var l servekv.Load
@@ -395,12 +374,7 @@ func (a *Autoscaler) watchLoads(ctx context.Context, f *feed) {
 		f.loads, f.loadsOK, f.loadsErr = loads, true, false
 		f.mu.Unlock()
 		f.notify()
-	}, func(err error) {
-		errs.Failed(err)
-		f.mu.Lock()
-		f.loadsErr = true
-		f.mu.Unlock()
-	})
+	}, func(error) { setErr(true) }, func() { setErr(false) })
 }
 
 // decideAll decides every autoscaled service once.

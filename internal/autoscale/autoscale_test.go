@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,17 @@ import (
 	"github.com/gpujob/gpujob/internal/servekv"
 	consulapi "github.com/hashicorp/consul/api"
 )
+
+// requestHook shows every request to seen before sending it.
+type requestHook struct {
+	base http.RoundTripper
+	seen func(*http.Request)
+}
+
+func (h *requestHook) RoundTrip(r *http.Request) (*http.Response, error) {
+	h.seen(r)
+	return h.base.RoundTrip(r)
+}
 
 // fakeNomad keeps task groups' counts and records the autoscalers' calls.
 type fakeNomad struct {
@@ -251,9 +263,9 @@ func TestAutoscalerFailsOverToAnotherGateway(t *testing.T) {
 	stops := map[string]func(){}
 	for _, id := range []string{"gw-a", "gw-b"} {
 		as[id] = newAutoscaler(t, c, prefix, gw, id, nomad.scaler(id))
-		// One that does not lead waits up to campaignWait for the lock
-		// before it sees its context has ended.
-		stops[id] = runBg(t, campaignWait+3*time.Second, as[id].Run)
+		// One that does not lead stops waiting for the lock as soon as
+		// its context ends.
+		stops[id] = runBg(t, 3*time.Second, as[id].Run)
 	}
 	leader := func() string {
 		var ids []string
@@ -357,8 +369,9 @@ func TestAutoscalerKeepsCampaigningAfterLosingItsSession(t *testing.T) {
 }
 
 // TestAutoscalerDoesNotActWithoutTheLock holds the lock from outside: the
-// autoscaler waits without scaling, and when stopped returns within a
-// campaign wait, leaving no session.
+// autoscaler waits without scaling, and when stopped returns at once,
+// leaving no session. The outside holder is consulapi.Lock, as in gateways
+// of the previous release: the two must exclude each other.
 func TestAutoscalerDoesNotActWithoutTheLock(t *testing.T) {
 	c := newClient(t)
 	prefix, gw := testPrefixes(t)
@@ -377,12 +390,29 @@ func TestAutoscalerDoesNotActWithoutTheLock(t *testing.T) {
 	}
 	defer other.Unlock()
 
-	a := newAutoscaler(t, c, prefix, gw, "gw-a", nomad.scaler("gw-a"))
-	stop := runBg(t, campaignWait+2*time.Second, a.Run)
-	eventually(t, 3*time.Second, "no autoscaler session", func() bool {
-		return len(sessionsNamed(t, c, LockSessionName)) == 1
-	})
-	time.Sleep(500 * time.Millisecond)
+	// The autoscaler's client says when it waits in a blocking query on
+	// the held lock key: it has seen the holder and decided to wait.
+	waiting := make(chan struct{})
+	var once sync.Once
+	leaderPath := "/v1/kv/" + servekv.LeaderKey(gw)
+	wc, err := consulapi.NewClient(&consulapi.Config{Address: consulAddr, HttpClient: &http.Client{Transport: &requestHook{
+		base: &http.Transport{},
+		seen: func(r *http.Request) {
+			if i := r.URL.Query().Get("index"); r.Method == http.MethodGet && r.URL.Path == leaderPath && i != "" && i != "0" {
+				once.Do(func() { close(waiting) })
+			}
+		},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAutoscaler(t, wc, prefix, gw, "gw-a", nomad.scaler("gw-a"))
+	stop := runBg(t, 2*time.Second, a.Run)
+	select {
+	case <-waiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the autoscaler never waited for the held lock")
+	}
 	if a.IsLeader() {
 		t.Error("leads while another holds the lock")
 	}

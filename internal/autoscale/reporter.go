@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/servekv"
 	consulapi "github.com/hashicorp/consul/api"
 )
@@ -76,18 +77,15 @@ func (r *Reporter) Run(ctx context.Context) error {
 	errs := errlog.New(logf, "publishing the load report "+r.key)
 	bo := backoff.New(backoffBase, backoffCap)
 	for ctx.Err() == nil {
-		s, err := newSession(ctx, r.client, sessionSpec{
-			Name:     "gpujob-gateway-load " + r.id,
-			Behavior: consulapi.SessionBehaviorDelete,
-			// Nothing else competes for the key: after losing a
-			// session the reporter must be able to take it again at once.
-			LockDelay: 0,
-		}, logf)
+		// Nothing else competes for the key: after losing a session
+		// the reporter must be able to take it again at once (no
+		// lock-delay).
+		s, err := newSession(ctx, r.client, "gpujob-gateway-load "+r.id, consulapi.SessionBehaviorDelete, 0, logf)
 		if err != nil {
 			return nil // ctx ended
 		}
 		r.publishUnder(ctx, s, errs, bo)
-		s.destroy()
+		closeSession(s, logf)
 		if ctx.Err() == nil {
 			logf("load reporter %s: consul session lost; starting a new one", r.id)
 		}
@@ -96,7 +94,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 }
 
 // publishUnder publishes under session s until ctx ends or s is lost.
-func (r *Reporter) publishUnder(ctx context.Context, s *session, errs *errlog.Run, bo *backoff.Backoff) {
+func (r *Reporter) publishUnder(ctx context.Context, s *consul.Session, errs *errlog.Run, bo *backoff.Backoff) {
 	var last time.Time
 	wait := time.Duration(0) // publish at once
 	for {
@@ -105,7 +103,7 @@ func (r *Reporter) publishUnder(ctx context.Context, s *session, errs *errlog.Ru
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-s.lost:
+		case <-s.Done():
 			t.Stop()
 			return
 		case <-r.kick:
@@ -121,12 +119,12 @@ func (r *Reporter) publishUnder(ctx context.Context, s *session, errs *errlog.Ru
 		case <-r.kick:
 		default:
 		}
-		if err := r.publish(ctx, s.id); err != nil {
+		if err := r.publish(ctx, s.ID()); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			errs.Failed(err)
-			s.checkNow()
+			s.Check()
 			wait = bo.Next()
 			continue
 		}

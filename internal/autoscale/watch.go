@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/gpujob/gpujob/internal/backoff"
 	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 // watchWait is how long one blocking query waits for a change; the
@@ -13,40 +14,24 @@ import (
 const watchWait = 5 * time.Minute
 
 // watchList calls deliver with every new content of the keys under prefix,
-// from blocking queries, until ctx ends. On an error it calls failed, keeps
-// what it delivered last and retries with backoff.
-func watchList(ctx context.Context, client *consulapi.Client, prefix string, deliver func(consulapi.KVPairs), failed func(error)) {
-	bo := backoff.New(backoffBase, backoffCap)
-	var index uint64
-	first := true
-	for {
-		pairs, meta, err := client.KV().List(prefix, (&consulapi.QueryOptions{WaitIndex: index, WaitTime: watchWait}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failed(err)
-			if !bo.Wait(ctx) {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		changed := first || meta.LastIndex != index
-		first = false
-		switch {
-		case meta.LastIndex < index:
-			// Consul's rule: an index that goes backwards (a restored
-			// snapshot, a new cluster) starts the watch over.
-			index = 0
-		case meta.LastIndex == 0:
-			// Never block on index 0, which returns at once.
-			index = 1
-		default:
-			index = meta.LastIndex
-		}
-		if changed {
-			deliver(pairs)
-		}
+// from blocking queries (consul.Watch), until ctx ends. Failed reads are
+// logged as what (throttled) and retried with backoff, keeping what was
+// delivered last; failing and recovered, when set, hear when reads start
+// failing and when they work again.
+func watchList(ctx context.Context, client *consulapi.Client, prefix string, logf func(string, ...any), what string,
+	deliver func(consulapi.KVPairs), failing func(error), recovered func()) {
+	opts := consul.WatchOptions{
+		WaitTime: watchWait, BackoffBase: backoffBase, BackoffCap: backoffCap,
+		Logf: logf, What: what,
 	}
+	if failing != nil {
+		opts.OnFailing = func(err error, _ int) { failing(err) }
+	}
+	if recovered != nil {
+		opts.OnRecovered = func(int) { recovered() }
+	}
+	_ = consul.Watch(ctx, consul.PrefixQuery(client, prefix), opts, func(pairs consulapi.KVPairs, _ uint64) error {
+		deliver(pairs)
+		return nil
+	})
 }

@@ -2,8 +2,10 @@
 // request retried through an outage, say — so that a log says it is
 // happening without listing every attempt: the first failure at once, then
 // at most one line per Every with how many there were, and a line when the
-// operation works again. The sweep reporter and the gateways' autoscaler
-// share it.
+// operation works again (Run); and Throttled, one log for lines of many
+// kinds at most one per interval. It is gpujob's one throttled logger: the
+// Consul toolkit, the sweep reporter, the gateway, its autoscaler and the
+// task supervisor share it.
 package errlog
 
 import (
@@ -36,8 +38,14 @@ func New(logf func(format string, args ...any), what string) *Run {
 // NewRetrying is New for an operation that is retried on failure, which
 // each failure's line says.
 func NewRetrying(logf func(format string, args ...any), what string) *Run {
+	return NewNoted(logf, what, " (retrying)")
+}
+
+// NewNoted is New with note after each failure's error, saying what
+// happens meanwhile (" (keeping the last good ones)").
+func NewNoted(logf func(format string, args ...any), what, note string) *Run {
 	r := New(logf, what)
-	r.note = " (retrying)"
+	r.note = note
 	return r
 }
 
@@ -80,4 +88,44 @@ func (r *Run) Logf(format string, args ...any) {
 	if r.logf != nil {
 		r.logf(format, args...)
 	}
+}
+
+// Throttled is a log of lines of many kinds (the messages of a client that
+// retries several operations through one outage) that writes at most one
+// line per interval and says how many it held back since the last one.
+// Its Logf is safe for concurrent use.
+type Throttled struct {
+	logf  func(format string, args ...any)
+	every time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	last  time.Time
+	held  int
+	wrote bool
+}
+
+// NewThrottled writes through logf at most one line per every.
+func NewThrottled(logf func(format string, args ...any), every time.Duration) *Throttled {
+	return &Throttled{logf: logf, every: every, now: time.Now}
+}
+
+// Logf writes the line unless one went out within the interval; then it
+// counts it, and the next line written says how many were held.
+func (t *Throttled) Logf(format string, args ...any) {
+	if t.logf == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if t.wrote && now.Sub(t.last) < t.every {
+		t.held++
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if t.held > 0 {
+		msg += fmt.Sprintf(" (and %d more like it)", t.held)
+	}
+	t.logf("%s", msg)
+	t.last, t.wrote, t.held = now, true, 0
 }

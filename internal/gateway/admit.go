@@ -12,6 +12,8 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
+	"github.com/gpujob/gpujob/internal/errlog"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -163,7 +165,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 	nomad := p.g.cfg.Nomad
 	ns, jobID := p.svc.ns, p.jobID
 	bo := backoff.New(250*time.Millisecond, 30*time.Second)
-	errs := &throttledLog{logf: p.g.logf, interval: 30 * time.Second}
+	errs := errlog.NewNoted(p.g.logf, fmt.Sprintf("gateway: asking Nomad which replicas of %s (job %s) may serve", p.svc.key, jobID), " (keeping the last good ones)")
 	if jobID == "" {
 		p.setReplicas(replicaSet{loaded: true, refusal: "the route names no Nomad job"})
 		<-ctx.Done()
@@ -177,7 +179,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 		lastSet   replicaSet
 	)
 	fail := func(err error) {
-		errs.errorf("gateway: asking Nomad which replicas of %s (job %s) may serve: %v (keeping the last good ones)", p.svc.key, jobID, err)
+		errs.Failed(err)
 		bo.Wait(ctx)
 	}
 	for ctx.Err() == nil {
@@ -193,7 +195,7 @@ func (p *pool) watchReplicas(ctx context.Context) {
 		// other jobs too. What changed for this job is in the list.
 		print := allocsPrint(allocs)
 		if lastSet.loaded && print == lastPrint && time.Since(checkedAt) < jobRecheck {
-			index, _ = nextIndex(index, got)
+			index = consul.NextIndex(index, got)
 			continue
 		}
 		set, err := p.readReplicas(ctx, ns, jobID, allocs, cache)
@@ -205,8 +207,8 @@ func (p *pool) watchReplicas(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
-		errs.recovered("gateway: asking Nomad about the replicas of %s again", p.svc.key)
-		index, _ = nextIndex(index, got)
+		errs.OK()
+		index = consul.NextIndex(index, got)
 		lastPrint, checkedAt = print, time.Now()
 		if set.refusal != lastSet.refusal && set.refusal != "" {
 			p.g.logf("gateway: route %s: admitting no replica: %s", p.svc.key, set.refusal)

@@ -437,38 +437,3 @@ func clientIP(r *http.Request) string {
 	}
 	return host
 }
-
-// throttledLog logs the first of a run of errors and then at most one per
-// interval with the count suppressed, so that a Consul outage is visible
-// without flooding the log.
-type throttledLog struct {
-	logf       func(format string, args ...any)
-	interval   time.Duration
-	last       time.Time
-	suppressed int
-	failing    bool
-}
-
-func (t *throttledLog) errorf(format string, args ...any) {
-	now := time.Now()
-	if t.failing && now.Sub(t.last) < t.interval {
-		t.suppressed++
-		return
-	}
-	msg := fmt.Sprintf(format, args...)
-	if t.suppressed > 0 {
-		msg += fmt.Sprintf(" (%d more since %s)", t.suppressed, t.last.Format(time.RFC3339))
-	}
-	t.logf("%s", msg)
-	t.failing, t.last, t.suppressed = true, now, 0
-}
-
-// recovered logs the end of a run of errors.
-func (t *throttledLog) recovered(format string, args ...any) {
-	if !t.failing {
-		return
-	}
-	t.failing = false
-	t.suppressed = 0
-	t.logf(format, args...)
-}

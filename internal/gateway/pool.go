@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -12,7 +13,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 )
 
 // The tags Nomad registers gpujob replicas with (servekv's design).
@@ -138,31 +139,12 @@ func (p *pool) setState(eps []*endpoint, loaded, stopped bool) {
 // is deregistered, so the pool follows it within a round trip. On errors the
 // last good endpoints stay (an outage of Consul must not empty the pool).
 func (p *pool) watch(ctx context.Context) {
-	health := p.g.cfg.Consul.Health()
-	bo := backoff.New(250*time.Millisecond, 30*time.Second)
-	errs := &throttledLog{logf: p.g.logf, interval: 30 * time.Second}
-	var index uint64
-	for ctx.Err() == nil {
-		q := (&consulapi.QueryOptions{WaitIndex: index, WaitTime: watchWait}).WithContext(ctx)
-		entries, meta, err := health.Service(p.consulService, p.tag, true, q)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			errs.errorf("gateway: watching the replicas of %s (consul service %q tag %q): %v (keeping the last good ones)",
-				p.svc.key, p.consulService, p.tag, err)
-			bo.Wait(ctx)
-			continue
-		}
-		bo.Reset()
-		errs.recovered("gateway: watching the replicas of %s again", p.svc.key)
-		next, changed := nextIndex(index, meta.LastIndex)
-		index = next
-		if !changed && p.healthLoaded() {
-			continue
-		}
-		p.setEntries(entries)
-	}
+	what := fmt.Sprintf("gateway: watching the replicas of %s (consul service %q tag %q)", p.svc.key, p.consulService, p.tag)
+	_ = consul.Watch(ctx, consul.ServiceQuery(p.g.cfg.Consul, p.consulService, p.tag, true), watchOptions(p.g.logf, what),
+		func(entries []*consulapi.ServiceEntry, _ uint64) error {
+			p.setEntries(entries)
+			return nil
+		})
 }
 
 func (p *pool) healthLoaded() bool {

@@ -13,7 +13,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -123,44 +123,21 @@ func newTable(entries []*routeEntry) *table {
 // blocking list of the services' tree, which holds both the routes and the
 // tokens, until ctx ends. On errors it keeps the last good table.
 func (g *Gateway) watchRoutes(ctx context.Context) {
-	kv := g.cfg.Consul.KV()
-	bo := backoff.New(250*time.Millisecond, 30*time.Second)
-	errs := &throttledLog{logf: g.logf, interval: 30 * time.Second}
 	bad := map[string]uint64{} // malformed keys already logged, by ModifyIndex
-	var index uint64
-	for ctx.Err() == nil {
-		q := (&consulapi.QueryOptions{WaitIndex: index, WaitTime: watchWait}).WithContext(ctx)
-		pairs, meta, err := kv.List(g.prefix+"/", q)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			errs.errorf("gateway: watching routes under %s/: %v (keeping the last good routes)", g.prefix, err)
-			bo.Wait(ctx)
-			continue
-		}
-		bo.Reset()
-		errs.recovered("gateway: watching routes under %s/ again", g.prefix)
-		next, changed := nextIndex(index, meta.LastIndex)
-		index = next
-		if !changed && g.Ready() {
-			continue // the wait timed out with nothing new
-		}
-		g.applyKV(ctx, pairs, bad)
-	}
+	_ = consul.Watch(ctx, consul.PrefixQuery(g.cfg.Consul, g.prefix+"/"), watchOptions(g.logf, "gateway: watching routes under "+g.prefix+"/"),
+		func(pairs consulapi.KVPairs, _ uint64) error {
+			g.applyKV(ctx, pairs, bad)
+			return nil
+		})
 }
 
-// nextIndex applies Consul's blocking-query rules: an index that went
-// backwards (a snapshot restore, a new cluster) restarts from 0, and 0 is
-// never waited on (it would not block).
-func nextIndex(old, got uint64) (next uint64, changed bool) {
-	if got == 0 {
-		got = 1
+// watchOptions pace the gateway's Consul watches; their failures are logged
+// (throttled) as what, and the last good answer stays meanwhile.
+func watchOptions(logf func(string, ...any), what string) consul.WatchOptions {
+	return consul.WatchOptions{
+		WaitTime: watchWait, BackoffBase: 250 * time.Millisecond, BackoffCap: 30 * time.Second,
+		Logf: logf, What: what, Note: " (keeping the last good ones)",
 	}
-	if got < old {
-		return 0, true
-	}
-	return got, got != old
 }
 
 // applyKV rebuilds the routing table from a list of the services' tree and

@@ -90,25 +90,6 @@ func TestStripPrefixKeepsTheRest(t *testing.T) {
 	}
 }
 
-func TestNextIndexFollowsConsulsRules(t *testing.T) {
-	for _, c := range []struct {
-		old, got, next uint64
-		changed        bool
-	}{
-		{0, 10, 10, true},
-		{10, 10, 10, false},
-		{10, 12, 12, true},
-		{10, 5, 0, true}, // went backwards: start over
-		{0, 0, 1, true},  // never wait on 0
-		{1, 0, 1, false},
-	} {
-		next, changed := nextIndex(c.old, c.got)
-		if next != c.next || changed != c.changed {
-			t.Errorf("nextIndex(%d, %d) = %d, %v; want %d, %v", c.old, c.got, next, changed, c.next, c.changed)
-		}
-	}
-}
-
 func newEndpoint(id string, inflight int64) *endpoint {
 	e := &endpoint{id: id, addr: id + ":1", load: &endpointLoad{}}
 	e.load.inflight.Store(inflight)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -82,16 +82,20 @@ func (c *Controller) key(f func(prefix, ns, sweep string) string) string {
 // it ends, with a lock delay of 1 ms so the lock passes to the next
 // controller at once: every state write checks the lock in the same
 // transaction, so a late write of the old controller cannot land.
-func (c *Controller) sessionOptions() rendezvous.SessionOptions {
+func (c *Controller) sessionOptions() consul.SessionOptions {
 	ttl := c.SessionTTL
 	if ttl == 0 {
 		ttl = 10 * time.Second
 	}
-	return rendezvous.SessionOptions{
+	return consul.SessionOptions{
 		Name: "gpujob-sweep " + c.Plan.Namespace + "/" + c.Plan.Sweep, TTL: ttl,
-		LockDelay: time.Millisecond, TTLOnly: true, Logf: c.Logf,
+		Behavior: api.SessionBehaviorDelete, LockDelay: sessionLockDelay, TTLOnly: true, Logf: c.Logf,
 	}
 }
+
+// sessionLockDelay is the controller session's lock-delay (see
+// sessionOptions).
+const sessionLockDelay = time.Millisecond
 
 // errLockLost is the cause of a Run that lost the sweep's lock.
 var errLockLost = errors.New("lost the sweep's lock")
@@ -105,7 +109,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Plan.Validate(); err != nil {
 		return err
 	}
-	sess, err := rendezvous.NewSession(ctx, c.Consul, c.sessionOptions())
+	sess, err := consul.NewSession(ctx, c.Consul, c.sessionOptions())
 	if err != nil {
 		return fmt.Errorf("sweep %s: controller session: %w", c.Plan.Sweep, err)
 	}
@@ -129,7 +133,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	if err := c.lock(ctx, sess.ID()); err != nil {
+	if err := c.lock(ctx, sess); err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause
 		}
@@ -328,57 +332,27 @@ func (c *Controller) wait(ctx context.Context, changed <-chan struct{}, wake tim
 // restarted the task): it is destroyed at once. One held by another
 // allocation is waited for: its session ends when that controller stops
 // renewing it.
-func (c *Controller) lock(ctx context.Context, session string) error {
-	kv := c.Consul.KV()
-	key := c.key(sweepkv.LockKey)
-	var index uint64
+func (c *Controller) lock(ctx context.Context, sess *consul.Session) error {
 	waitingFor := ""
-	for {
-		ok, _, err := kv.Acquire(&api.KVPair{Key: key, Value: []byte(c.AllocID), Session: session}, (&api.WriteOptions{}).WithContext(ctx))
-		if err == nil && ok {
-			return nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			c.logf("acquiring %s: %v", key, err)
-		}
-		pair, meta, err := kv.Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if !backoff.Sleep(ctx, time.Second) {
-				return ctx.Err()
-			}
-			continue
-		}
-		switch {
-		case pair != nil && pair.Session != "" && pair.Session != session && c.AllocID != "" && string(pair.Value) == c.AllocID:
-			c.logf("sweep %s: taking over the lock from this allocation's previous controller (session %s)", c.Plan.Sweep, pair.Session)
-			if _, err := c.Consul.Session().Destroy(pair.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-				c.logf("destroying session %s: %v", pair.Session, err)
-				if !backoff.Sleep(ctx, 200*time.Millisecond) {
-					return ctx.Err()
+	m := consul.NewMutex(sess, c.key(sweepkv.LockKey), consul.MutexOptions{
+		Value: []byte(c.AllocID), LockDelay: sessionLockDelay, Logf: c.Logf,
+		OnWait: func(ctx context.Context, holder *api.KVPair) {
+			if c.AllocID != "" && string(holder.Value) == c.AllocID {
+				// This allocation's previous controller (a restarted
+				// task): its session would hold the lock for a TTL.
+				c.logf("sweep %s: taking over the lock from this allocation's previous controller (session %s)", c.Plan.Sweep, holder.Session)
+				if _, err := c.Consul.Session().Destroy(holder.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+					c.logf("destroying session %s: %v", holder.Session, err)
 				}
+				return
 			}
-			index = 0
-		case pair != nil && pair.Session != "":
-			if holder := orDefault(string(pair.Value), "?"); holder != waitingFor {
-				waitingFor = holder
-				c.logf("sweep %s: waiting for the lock, held by allocation %s until its session ends", c.Plan.Sweep, holder)
+			if h := orDefault(string(holder.Value), "?"); h != waitingFor {
+				waitingFor = h
+				c.logf("sweep %s: waiting for the lock, held by allocation %s until its session ends", c.Plan.Sweep, h)
 			}
-			index = meta.LastIndex
-		default:
-			// Free, yet the acquire failed: a lock delay, or it was
-			// freed meanwhile. Try again shortly.
-			index = 0
-			if !backoff.Sleep(ctx, 50*time.Millisecond) {
-				return ctx.Err()
-			}
-		}
-	}
+		},
+	})
+	return m.Lock(ctx)
 }
 
 // load reads the state and its ModifyIndex (0 when there is none yet),
@@ -575,20 +549,13 @@ func (r *runner) act(ctx context.Context, a Action) (retryAt time.Time, err erro
 // records, stop requests), by blocking queries.
 func (c *Controller) watchTrials(ctx context.Context, notify func()) {
 	prefix := c.key(sweepkv.SweepKey) + "/trials/"
-	var index uint64
-	for ctx.Err() == nil {
-		_, meta, err := c.Consul.KV().Keys(prefix, "", (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
-		if err != nil {
-			if !backoff.Sleep(ctx, time.Second) {
-				return
-			}
-			continue
-		}
-		if meta.LastIndex != index {
-			notify()
-		}
-		index = nextIndex(index, meta.LastIndex)
+	keys := func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
+		return c.Consul.KV().Keys(prefix, "", q)
 	}
+	_ = consul.Watch(ctx, keys, c.watchOptions("watching "+prefix), func([]string, uint64) error {
+		notify()
+		return nil
+	})
 }
 
 // watchState signals every write of the state by another writer (the
@@ -596,29 +563,18 @@ func (c *Controller) watchTrials(ctx context.Context, notify func()) {
 // it again.
 func (c *Controller) watchState(ctx context.Context, saved *atomic.Uint64, notify func()) {
 	key := c.key(sweepkv.StateKey)
-	var index uint64
-	for ctx.Err() == nil {
-		pair, meta, err := c.Consul.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
-		if err != nil {
-			if !backoff.Sleep(ctx, time.Second) {
-				return
-			}
-			continue
-		}
-		if meta.LastIndex != index && (pair == nil || pair.ModifyIndex != saved.Load()) {
+	_ = consul.Watch(ctx, consul.KeyQuery(c.Consul, key), c.watchOptions("watching "+key), func(pair *api.KVPair, _ uint64) error {
+		if pair == nil || pair.ModifyIndex != saved.Load() {
 			notify()
 		}
-		index = nextIndex(index, meta.LastIndex)
-	}
+		return nil
+	})
 }
 
-// nextIndex is the index of the next blocking query: Consul's, reset when
-// it went backwards (a restored snapshot), never 0 (which does not block).
-func nextIndex(prev, last uint64) uint64 {
-	if last < prev {
-		return 0
-	}
-	return max(last, 1)
+// watchOptions pace the controller's watches: a failed read is retried
+// within a second or so (the reconcile loop's own reads say more).
+func (c *Controller) watchOptions(what string) consul.WatchOptions {
+	return consul.WatchOptions{BackoffBase: 250 * time.Millisecond, BackoffCap: time.Second, Logf: c.Logf, What: "sweep " + c.Plan.Sweep + ": " + what}
 }
 
 // watchJobs signals every change of the trial jobs.

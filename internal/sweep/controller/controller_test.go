@@ -16,6 +16,8 @@ import (
 
 	"github.com/gpujob/gpujob/internal/sweep/stopping"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
+
+	gconsul "github.com/gpujob/gpujob/internal/consul"
 )
 
 // rising is a trial that reports 0.5, 0.6, 0.7 and a result that grows
@@ -572,8 +574,13 @@ func TestSaveChecksTheLock(t *testing.T) {
 		t.Cleanup(func() { consul.Session().Destroy(id, nil) })
 		return id
 	}
-	holder, other := mk(), mk()
-	if err := c.lock(ctx, holder); err != nil {
+	sess, err := gconsul.NewSession(ctx, consul, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close(context.Background()) })
+	holder, other := sess.ID(), mk()
+	if err := c.lock(ctx, sess); err != nil {
 		t.Fatal(err)
 	}
 	st := &State{Namespace: "default", Sweep: "sw", Status: StatusRunning}

@@ -444,7 +444,7 @@ func checkNoGoroutines(t *testing.T) {
 		left = ""
 		for _, g := range strings.Split(string(buf), "\n\n") {
 			if strings.Contains(g, "sweep/controller.(*Controller)") || strings.Contains(g, "sweep/controller.(*runner)") ||
-				strings.Contains(g, "rendezvous.(*Session)") {
+				strings.Contains(g, "internal/consul.(*Session)") {
 				left += g + "\n\n"
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
@@ -278,12 +279,12 @@ func TestWaitsForAnEarlierSupervisorsSession(t *testing.T) {
 	key, _ := trialKeys(t, c)
 	// An earlier supervisor of the trial, still holding the record with
 	// a session like a reporter's.
-	s, err := createSession(context.Background(), c, "earlier", 10*time.Second, nil, func() {})
+	s, err := consul.NewSession(context.Background(), c, sessionOptions("earlier", 10*time.Second, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.stopRenewing()
-	earlier := s.id
+	s.StopRenewing()
+	earlier := s.ID()
 	b, _ := json.Marshal(sweepkv.Metrics{Points: []sweepkv.Point{pt(1, 1), pt(2, 1)}})
 	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: key, Value: b, Session: earlier}, nil); !ok || err != nil {
 		t.Fatalf("acquire: %v %v", ok, err)
@@ -409,13 +410,24 @@ func TestWatchStopIgnoresOtherTrialsWrites(t *testing.T) {
 	key, stopKey := trialKeys(t, c)
 	own := start(t, c, key)
 	var others []*Reporter
+	var otherKeys []string
 	for i := range 4 {
 		other := sweepkv.MetricsKey(sweepkv.DefaultPrefix, "default", "sweep", fmt.Sprintf("%s-other%d", t.Name(), i))
+		otherKeys = append(otherKeys, other)
 		others = append(others, start(t, c, other))
 		others[i].Line(`gpujob-metric: {"step": 0, "v": 1}`)
 	}
 	own.Line(`gpujob-metric: {"step": 0, "v": 1}`)
-	time.Sleep(200 * time.Millisecond) // every record taken
+	// Every record taken (the takeovers are writes the watch must not
+	// count).
+	waitFor(t, 5*time.Second, "not every record was taken", func() bool {
+		for _, k := range append(otherKeys, key) {
+			if p, _, err := c.KV().Get(k, nil); err != nil || p == nil || p.Session == "" {
+				return false
+			}
+		}
+		return true
+	})
 	count := &writeCounter{}
 	wc := client(t, count)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/errlog"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -149,7 +150,7 @@ type Reporter struct {
 	lastThrottleLog time.Time
 
 	// The loop's (and, once it has returned, Close's) alone.
-	sess  *session
+	sess  *consul.Session
 	held  bool             // the record was taken over: own is all of it
 	tried *sweepkv.Metrics // the base of a takeover whose answer was lost
 	// waitedOn is the holder the last log line named, so that waiting
@@ -415,11 +416,11 @@ func (r *Reporter) flush(ctx context.Context, enforce bool) error {
 		unwritten()
 		return err
 	}
-	ok, _, err := r.cfg.Client.KV().Acquire(&api.KVPair{Key: r.cfg.Key, Value: value, Session: r.sess.id},
+	ok, _, err := r.cfg.Client.KV().Acquire(&api.KVPair{Key: r.cfg.Key, Value: value, Session: r.sess.ID()},
 		(&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		unwritten()
-		r.sess.checkNow()
+		r.sess.Check()
 		return fmt.Errorf("writing %s: %w", r.cfg.Key, err)
 	}
 	if !ok {
@@ -427,7 +428,7 @@ func (r *Reporter) flush(ctx context.Context, enforce bool) error {
 		// Another session took the record while ours was gone: only a
 		// second supervisor of the same trial would. Ours is written
 		// again once that one's session ends.
-		r.sess.checkNow()
+		r.sess.Check()
 		return fmt.Errorf("writing %s: %w", r.cfg.Key, errHeld)
 	}
 	r.count(func(c *sweepkv.Reporting) { c.Writes++ })
@@ -438,19 +439,47 @@ func (r *Reporter) flush(ctx context.Context, enforce bool) error {
 // gone (the record it held has been released; the next write takes it
 // again).
 func (r *Reporter) ensureSession(ctx context.Context) error {
-	if r.sess != nil && !r.sess.isLost() {
+	if r.sess != nil && !r.sess.Lost() {
 		return nil
 	}
 	if r.sess != nil {
-		r.sess.stopRenewing()
+		r.sess.StopRenewing()
 		r.sess = nil
 	}
-	s, err := createSession(ctx, r.cfg.Client, r.cfg.SessionName, r.cfg.SessionTTL, r.cfg.Logf, func() { r.signal(r.kick) })
+	s, err := consul.NewSession(ctx, r.cfg.Client, sessionOptions(r.cfg.SessionName, r.cfg.SessionTTL, r.cfg.Logf))
 	if err != nil {
 		return err
 	}
 	r.sess = s
+	go func() {
+		// Lost: the record it held is released; write again at once.
+		<-s.Done()
+		if s.Lost() {
+			r.signal(r.kick)
+		}
+	}()
 	return nil
+}
+
+// sessionOptions are the reporter's own Consul session's, under which it
+// holds the metrics record (a KV acquire), so that the record's Session is
+// set exactly while this supervisor lives:
+//
+//   - Behavior release: when the session ends — Close destroys it, or
+//     Consul invalidates it because the supervisor stopped renewing (it
+//     died) or its node failed (the default serfHealth check) — the record
+//     stays, with its Session cleared. A trial whose supervisor or node
+//     died is never shown running, and its points are kept.
+//   - LockDelay 0: Consul's default of 15 s would keep the next supervisor
+//     of the trial (the group's new allocation on another node) from
+//     taking the record over for that long after a node died. Nothing else
+//     competes for the record, so the delay protects nothing here.
+//   - CreateOnce: the reporter's own loop retries, with its budget.
+func sessionOptions(name string, ttl time.Duration, logf func(string, ...any)) consul.SessionOptions {
+	return consul.SessionOptions{
+		Name: name, TTL: ttl, Behavior: api.SessionBehaviorRelease, LockDelay: 0,
+		CreateOnce: true, Logf: logf,
+	}
 }
 
 // takeOver is the first write: it reads what an earlier supervisor of the
@@ -464,7 +493,7 @@ func (r *Reporter) takeOver(ctx context.Context, enforce bool) error {
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", r.cfg.Key, err)
 	}
-	if pair != nil && pair.Session != "" && pair.Session != r.sess.id {
+	if pair != nil && pair.Session != "" && pair.Session != r.sess.ID() {
 		if r.waitedOn != pair.Session && r.cfg.Logf != nil {
 			r.cfg.Logf("the sweep metrics record %s is held by session %s (an earlier supervisor of this trial); "+
 				"resuming it once that session ends", r.cfg.Key, pair.Session)
@@ -479,7 +508,7 @@ func (r *Reporter) takeOver(ctx context.Context, enforce bool) error {
 	var base sweepkv.Metrics
 	switch {
 	case pair == nil:
-	case pair.Session == r.sess.id && r.tried != nil:
+	case pair.Session == r.sess.ID() && r.tried != nil:
 		// Our own takeover landed although its answer was lost: its
 		// base is the record before it.
 		base = *r.tried
@@ -506,18 +535,18 @@ func (r *Reporter) takeOver(ctx context.Context, enforce bool) error {
 	r.tried = &base
 	ok, resp, _, err := r.cfg.Client.Txn().Txn(api.TxnOps{
 		{KV: guard},
-		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: r.cfg.Key, Value: value, Session: r.sess.id}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: r.cfg.Key, Value: value, Session: r.sess.ID()}},
 	}, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		unwritten()
-		r.sess.checkNow()
+		r.sess.Check()
 		return fmt.Errorf("taking over %s: %w", r.cfg.Key, err)
 	}
 	if !ok {
 		// The record changed since it was read (or the session is gone):
 		// read it again.
 		unwritten()
-		r.sess.checkNow()
+		r.sess.Check()
 		return fmt.Errorf("taking over %s: %s", r.cfg.Key, txnErrors(resp))
 	}
 	r.mu.Lock()
@@ -588,11 +617,5 @@ func (r *Reporter) Close(ctx context.Context) error {
 		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	}
 	defer cancel()
-	var destroyErr error
-	for {
-		if destroyErr = r.sess.destroy(dctx); destroyErr == nil || !backoff.Sleep(dctx, bo.Next()) {
-			break
-		}
-	}
-	return errors.Join(flushErr, destroyErr)
+	return errors.Join(flushErr, r.sess.Close(dctx))
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/gpujob/gpujob/internal/backoff"
-	"github.com/gpujob/gpujob/internal/errlog"
 	"strings"
 	"time"
 	"unicode"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/gpujob/gpujob/internal/consul"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -37,41 +36,17 @@ const (
 // retried with backoff and logged (throttled) through logf (optional). A
 // request that is there already is seen at once.
 func WatchStop(ctx context.Context, client *api.Client, key string, logf func(string, ...any), stop func(sweepkv.StopRequest)) {
-	errs := errlog.NewRetrying(logf, "watching the sweep's stop request "+key)
-	bo := newBackoff(backoffCap)
-	var index uint64
-	for {
-		began := time.Now()
-		q := &api.QueryOptions{WaitIndex: index, WaitTime: stopWaitTime}
-		pair, meta, err := client.KV().Get(key, q.WithContext(ctx))
-		if ctx.Err() != nil {
-			return
+	_ = consul.Watch(ctx, consul.KeyQuery(client, key), consul.WatchOptions{
+		WaitTime: stopWaitTime, MinGap: minWatchGap,
+		BackoffBase: backoffBase, BackoffCap: backoffCap,
+		Logf: logf, What: "watching the sweep's stop request " + key,
+	}, func(pair *api.KVPair, _ uint64) error {
+		if pair == nil {
+			return nil
 		}
-		if err != nil {
-			errs.Failed(err)
-			if !backoff.Sleep(ctx, bo.Next()) {
-				return
-			}
-			continue
-		}
-		errs.OK()
-		bo.Reset()
-		if pair != nil {
-			stop(decodeStop(pair))
-			return
-		}
-		// Consul's rules for a blocking query's index: start over when it
-		// goes backwards, never wait on 0.
-		if meta.LastIndex < index {
-			index = 0
-		} else {
-			index = meta.LastIndex
-		}
-		index = max(index, 1)
-		if gap := minWatchGap - time.Since(began); gap > 0 && !backoff.Sleep(ctx, gap) {
-			return
-		}
-	}
+		stop(decodeStop(pair))
+		return consul.ErrStopWatch
+	})
 }
 
 // ReadStop reads the trial's stop request at key now (one request); found
