@@ -16,14 +16,15 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Stat names of the gpujob device plugin (those of nomad-device-nvidia).
 const (
-	StatGPUUtil     = gpujobs.StatGPUUtil
-	StatMemory      = gpujobs.StatMemory
-	StatTemperature = gpujobs.StatTemperature
-	StatPower       = gpujobs.StatPower
+	StatGPUUtil     = contract.StatGPUUtil
+	StatMemory      = contract.StatMemory
+	StatTemperature = contract.StatTemperature
+	StatPower       = contract.StatPower
 )
 
 // Device attributes read from the fingerprint.

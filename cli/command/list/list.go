@@ -13,6 +13,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Job is one row of `gpujob list --json` (a JSON array of these).
@@ -99,8 +100,8 @@ func Collect(nomad nomadapi.API) ([]Job, error) {
 			Name:          s.ID,
 			Namespace:     s.Namespace,
 			NomadStatus:   s.Status,
-			Workers:       gpujobs.MetaInt(s.Meta, gpujobs.MetaWorkers),
-			GPUsPerWorker: gpujobs.MetaInt(s.Meta, gpujobs.MetaGPUsPerWorker),
+			Workers:       gpujobs.MetaInt(s.Meta, contract.MetaWorkers),
+			GPUsPerWorker: gpujobs.MetaInt(s.Meta, contract.MetaGPUsPerWorker),
 		}
 		if s.SubmitTime > 0 {
 			j.Submitted = time.Unix(0, s.SubmitTime).UTC()

@@ -17,6 +17,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 type options struct {
@@ -194,7 +195,7 @@ func (s *source) format(line string, resolve bool) (string, bool) {
 	case !p.Joined:
 		return "[" + s.stub.Name + "] " + line, s.l.rank < 0
 	case p.FirstRank == p.LastRank:
-		return "[rank " + strconv.Itoa(p.FirstRank) + "] " + line, s.l.rank < 0 || p.FirstRank == s.l.rank
+		return contract.RankLinePrefix + strconv.Itoa(p.FirstRank) + "] " + line, s.l.rank < 0 || p.FirstRank == s.l.rank
 	default:
 		// the member's supervisor speaking for all its ranks
 		return "[ranks " + p.RanksText() + "] " + line, s.l.rank < 0

@@ -5,15 +5,16 @@ import (
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
 // The gateways and the autoscaler believe a route's job only when its meta
 // claims the route (servekv.JobRoute): the job deploy registers must.
 func TestADeployedJobClaimsItsRoute(t *testing.T) {
-	if servekv.JobMetaKind != render.MetaKind || servekv.JobKindService != render.MetaKindService || servekv.JobMetaRoute != MetaRoute {
+	if servekv.JobMetaKind != contract.MetaKind || servekv.JobKindService != contract.KindService || servekv.JobMetaRoute != MetaRoute {
 		t.Fatalf("servekv's job meta names (%s=%s, %s) are not the ones deploy writes (%s=%s, %s)",
-			servekv.JobMetaKind, servekv.JobKindService, servekv.JobMetaRoute, render.MetaKind, render.MetaKindService, MetaRoute)
+			servekv.JobMetaKind, servekv.JobKindService, servekv.JobMetaRoute, contract.MetaKind, contract.KindService, MetaRoute)
 	}
 	c := consulClient(t)
 	f := newFake()

@@ -18,6 +18,7 @@ import (
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -261,7 +262,7 @@ func RouteOf(s *spec.Service, ns string) servekv.Route {
 // MetaRoute is the job meta that carries the route it was deployed with:
 // also the job's claim to the route, which the gateways and the autoscaler
 // check (servekv.JobRoute) before they send it traffic or scale it.
-const MetaRoute = servekv.JobMetaRoute
+const MetaRoute = contract.MetaRoute
 
 // restoreRoute writes the route of the job's current version when that
 // version is no longer the one just deployed (a revert): it returns that
@@ -271,7 +272,7 @@ func restoreRoute(ctx context.Context, nomad nomadapi.API, store servestore.Stor
 	if err != nil {
 		return "", err
 	}
-	v := cur.Meta[render.MetaVersion]
+	v := cur.Meta[contract.MetaVersion]
 	if v == deployed {
 		return "", nil
 	}

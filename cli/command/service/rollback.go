@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 func newRollbackCmd(f *factory.Factory) *cobra.Command {
@@ -58,7 +58,7 @@ than the current one.`,
 				fmt.Fprintf(f.IO.ErrOut, "gpujob: the gateway route stays as it was: %v\n", err)
 			}
 			fmt.Fprintf(f.IO.Out, "rolling %s back to %s (job version %d), evaluation %s\n",
-				args[0], target.Meta[render.MetaVersion], deref(target.Version), shortOr(reg.EvalID))
+				args[0], target.Meta[contract.MetaVersion], deref(target.Version), shortOr(reg.EvalID))
 			if detach {
 				return nil
 			}
@@ -73,7 +73,7 @@ than the current one.`,
 			if d != nil && d.Status != api.DeploymentStatusSuccessful {
 				return &submit.ExitError{Code: 1, Err: fmt.Errorf("rollback of %s %s: %s", args[0], d.Status, d.StatusDescription)}
 			}
-			fmt.Fprintf(f.IO.Out, "%s serves %s again\n", args[0], target.Meta[render.MetaVersion])
+			fmt.Fprintf(f.IO.Out, "%s serves %s again\n", args[0], target.Meta[contract.MetaVersion])
 			return nil
 		},
 	}
@@ -102,9 +102,9 @@ func rollbackTarget(versions []*api.Job, to int64) (*api.Job, error) {
 		return nil, fmt.Errorf("no job version %d (Nomad keeps the last few)", to)
 	}
 	for _, v := range versions[1:] {
-		if deref(v.Stable) && v.Meta[render.MetaVersion] != cur.Meta[render.MetaVersion] {
+		if deref(v.Stable) && v.Meta[contract.MetaVersion] != cur.Meta[contract.MetaVersion] {
 			return v, nil
 		}
 	}
-	return nil, fmt.Errorf("no earlier stable version serves another version than %s; name one with --to-version", cur.Meta[render.MetaVersion])
+	return nil, fmt.Errorf("no earlier stable version serves another version than %s; name one with --to-version", cur.Meta[contract.MetaVersion])
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -137,14 +138,14 @@ func loadService(nomad nomadapi.API, name string) (*api.Job, error) {
 	}
 	if !IsService(job) {
 		return nil, fmt.Errorf("job %q is not a gpujob service (its meta has no %s = %q); use `nomad job status %s`",
-			name, render.MetaKind, render.MetaKindService, name)
+			name, contract.MetaKind, contract.KindService, name)
 	}
 	return job, nil
 }
 
 // IsService reports whether job is a gpujob service's.
 func IsService(job *api.Job) bool {
-	return job != nil && job.Meta[render.MetaKind] == render.MetaKindService
+	return job != nil && job.Meta[contract.MetaKind] == contract.KindService
 }
 
 // group is the job's replica group.

@@ -18,6 +18,7 @@ import (
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
@@ -79,7 +80,7 @@ func newFake() *nomadapi.Fake {
 		lo, hi := numberOnce(minRe, src), numberOnce(maxRe, src)
 		name := render.ServiceGroup
 		return &api.Job{ID: &id, Name: &id,
-			Meta: map[string]string{render.MetaKind: jobKindRe.FindStringSubmatch(src)[1], render.MetaVersion: versionRe.FindStringSubmatch(src)[1]},
+			Meta: map[string]string{contract.MetaKind: jobKindRe.FindStringSubmatch(src)[1], contract.MetaVersion: versionRe.FindStringSubmatch(src)[1]},
 			TaskGroups: []*api.TaskGroup{{Name: &name, Count: &count,
 				Scaling: &api.ScalingPolicy{Min: &lo, Max: &hi}}}}, nil
 	}
@@ -172,8 +173,8 @@ func TestDeployWritesTheRouteAndRegisters(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	job, _ := f.Job("dep")
-	if got := *job.TaskGroups[0].Count; got != 3 || job.Meta[render.MetaVersion] != "v2" {
-		t.Errorf("after the update: count %d version %s; want 3 and v2\n%s", got, job.Meta[render.MetaVersion], out)
+	if got := *job.TaskGroups[0].Count; got != 3 || job.Meta[contract.MetaVersion] != "v2" {
+		t.Errorf("after the update: count %d version %s; want 3 and v2\n%s", got, job.Meta[contract.MetaVersion], out)
 	}
 	if !strings.Contains(out, "updating dep v2") {
 		t.Errorf("output:\n%s", out)
@@ -184,7 +185,7 @@ func TestDeployRefusesAJobThatIsNoService(t *testing.T) {
 	c := consulClient(t)
 	f := newFake()
 	id, kind := "other", "train"
-	f.SetJob(&api.Job{ID: &id, Name: &id, Meta: map[string]string{render.MetaKind: kind}})
+	f.SetJob(&api.Job{ID: &id, Name: &id, Meta: map[string]string{contract.MetaKind: kind}})
 	out, err := execute(t, c, f, "deploy", "--detach", writeSpec(t, "other", "v1"))
 	if err == nil || !strings.Contains(err.Error(), "is not a gpujob service") {
 		t.Fatalf("err %v\n%s", err, out)
@@ -247,7 +248,7 @@ func TestScaleStaysWithinTheBounds(t *testing.T) {
 
 func TestRollbackTarget(t *testing.T) {
 	job := func(v uint64, label string, stable bool) *api.Job {
-		return &api.Job{Version: &v, Stable: &stable, Meta: map[string]string{render.MetaVersion: label}}
+		return &api.Job{Version: &v, Stable: &stable, Meta: map[string]string{contract.MetaVersion: label}}
 	}
 	versions := []*api.Job{job(4, "v3", false), job(3, "v2", true), job(2, "v2", true), job(1, "v1", true)}
 	for _, c := range []struct {

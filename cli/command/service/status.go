@@ -19,6 +19,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -126,7 +127,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 		return nil, err
 	}
 	ns := firstOf(deref(job.Namespace), f.Namespace())
-	st := &Status{Service: name, Namespace: ns, JobStatus: deref(job.Status), Version: job.Meta[render.MetaVersion],
+	st := &Status{Service: name, Namespace: ns, JobStatus: deref(job.Status), Version: job.Meta[contract.MetaVersion],
 		JobVersion: deref(job.Version), Endpoint: gateway}
 	g := group(job)
 	if g != nil {
@@ -146,7 +147,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 	labels := map[uint64]string{}
 	if vs, err := nomad.JobVersions(name); err == nil {
 		for _, v := range vs {
-			labels[deref(v.Version)] = v.Meta[render.MetaVersion]
+			labels[deref(v.Version)] = v.Meta[contract.MetaVersion]
 		}
 	}
 	stubs, _, err := nomad.JobAllocations(name, nil)

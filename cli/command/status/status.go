@@ -18,6 +18,7 @@ import (
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // LogTailBytes is how much of the end of each member's stdout is scanned
@@ -205,8 +206,8 @@ func Collect(ctx context.Context, nomad nomadapi.API, jobID string) (*Status, er
 		Job:           *job.ID,
 		Namespace:     deref(job.Namespace),
 		NomadStatus:   deref(job.Status),
-		Workers:       gpujobs.MetaInt(job.Meta, gpujobs.MetaWorkers),
-		GPUsPerWorker: gpujobs.MetaInt(job.Meta, gpujobs.MetaGPUsPerWorker),
+		Workers:       gpujobs.MetaInt(job.Meta, contract.MetaWorkers),
+		GPUsPerWorker: gpujobs.MetaInt(job.Meta, contract.MetaGPUsPerWorker),
 		Members:       make([]Member, len(members)),
 	}
 	if job.Version != nil {
@@ -387,7 +388,7 @@ func gpuUtil(hs *api.HostStats, id string) *float64 {
 	if ds == nil || ds.Stats == nil {
 		return nil
 	}
-	u, _ := gpujobs.StatNum(ds.Stats.Attributes[gpujobs.StatGPUUtil])
+	u, _ := gpujobs.StatNum(ds.Stats.Attributes[contract.StatGPUUtil])
 	return u
 }
 

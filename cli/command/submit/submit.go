@@ -19,6 +19,7 @@ import (
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Exit codes beyond 0 (the job succeeded) and 1 (it failed, or bad input).
@@ -132,7 +133,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta[render.MetaRun] = strconv.FormatInt(f.Now().Unix(), 10)
+	job.Meta[contract.MetaRun] = strconv.FormatInt(f.Now().Unix(), 10)
 	plan, err := nomad.Plan(job)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
@@ -237,7 +238,7 @@ func checkControllerFree(e *env, jobID, sweep string) error {
 		}
 		return err
 	}
-	if old.Meta[render.MetaKind] != render.MetaKindSweepController || old.Meta[render.MetaSweep] != sweep {
+	if old.Meta[contract.MetaKind] != contract.KindSweepController || old.Meta[contract.MetaSweep] != sweep {
 		return fmt.Errorf("a job %s that is not sweep %s's controller exists: rename the sweep or remove that job", jobID, sweep)
 	}
 	if old.Status != nil && *old.Status != "dead" && (old.Stop == nil || !*old.Stop) {
@@ -263,7 +264,7 @@ func registerController(e *env, job *api.Job) error {
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta["gpujob_registered"] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	job.Meta[contract.MetaRegistered] = strconv.FormatInt(time.Now().UnixNano(), 10)
 	_, err := e.nomad.Register(job)
 	return err
 }
