@@ -92,7 +92,7 @@ func Assemble(in Inputs) *Snapshot {
 			kinds[j.Namespace+"/"+j.ID] = JobKind(j.Meta)
 		}
 	}
-	holders := deviceHolders(in.Allocs, kinds)
+	holders := DeviceHolders(in.Allocs, kinds)
 	for _, n := range in.Nodes {
 		if n == nil || (in.NodeID != "" && n.ID != in.NodeID) || !hasGPU(n) {
 			continue
@@ -148,32 +148,6 @@ func Assemble(in Inputs) *Snapshot {
 		return s.Sweeps[i].Name < s.Sweeps[k].Name
 	})
 	return s
-}
-
-// deviceHolders maps each device ID reserved by a live allocation to it.
-func deviceHolders(allocs []*api.AllocationListStub, kinds map[string]string) map[string]*Holder {
-	out := map[string]*Holder{}
-	for _, a := range allocs {
-		if a == nil || a.AllocatedResources == nil || gpujobs.Terminal(a.ClientStatus) ||
-			a.DesiredStatus == "evict" || a.DesiredStatus == "stop" && a.ClientStatus != "running" {
-			continue
-		}
-		for task, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil {
-					continue
-				}
-				for _, id := range d.DeviceIDs {
-					out[id] = &Holder{Namespace: a.Namespace, JobID: a.JobID, AllocID: a.ID, AllocName: a.Name,
-						Task: task, Kind: kinds[a.Namespace+"/"+a.JobID]}
-				}
-			}
-		}
-	}
-	return out
 }
 
 // gpusOf lists a node's GPUs by UUID, numbered from 0: DCGM's "gpu"

@@ -376,35 +376,3 @@ func StreamFrames(ctx context.Context, nomad nomadapi.API, alloc *api.Allocation
 		}
 	}
 }
-
-// DeviceHolder is an allocation task holding a device.
-type DeviceHolder struct {
-	Alloc *api.Allocation
-	Task  string
-}
-
-// DeviceHolders maps each device ID reserved by a live allocation (not
-// terminal, not being evicted) of a node to the allocation and task holding
-// it.
-func DeviceHolders(allocs []*api.Allocation) map[string]DeviceHolder {
-	out := map[string]DeviceHolder{}
-	for _, a := range allocs {
-		if a == nil || a.AllocatedResources == nil || Terminal(a.ClientStatus) || a.DesiredStatus == "evict" {
-			continue
-		}
-		for task, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil {
-					continue
-				}
-				for _, id := range d.DeviceIDs {
-					out[id] = DeviceHolder{Alloc: a, Task: task}
-				}
-			}
-		}
-	}
-	return out
-}

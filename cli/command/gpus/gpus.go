@@ -16,6 +16,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -229,11 +230,10 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	holders := gpujobs.DeviceHolders(allocs)
+	holders := observe.DeviceHolders(observe.AllocStubs(allocs), nil)
 	for i := range gpus {
 		if h, ok := holders[gpus[i].ID]; ok {
-			a := h.Alloc
-			gpus[i].Holder = &Holder{AllocID: a.ID, AllocName: a.Name, JobID: a.JobID, Namespace: a.Namespace, Task: h.Task}
+			gpus[i].Holder = &Holder{AllocID: h.AllocID, AllocName: h.AllocName, JobID: h.JobID, Namespace: h.Namespace, Task: h.Task}
 		}
 	}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -78,13 +79,12 @@ type Status struct {
 	lossSteps [2]int
 }
 
-// UtilizationTargetPct is the mean GPU utilisation under which status warns:
-// the target the seeds' training runs meet.
-const UtilizationTargetPct = 80
+// UtilizationTargetPct is the mean GPU utilisation under which status warns.
+const UtilizationTargetPct = observe.LowUtilizationPct
 
 // LossSpreadBar is the spread of the ranks' latest losses over which status
-// warns that they disagree: the seeds' bar.
-const LossSpreadBar = 0.05
+// warns that they disagree.
+const LossSpreadBar = observe.LossSpreadBar
 
 // GPUUtil is one GPU of a running member and its utilisation.
 type GPUUtil struct {
@@ -340,8 +340,7 @@ func utilization(nomad nomadapi.API, st *Status) {
 	}
 	wg.Wait()
 
-	var sum float64
-	known := 0
+	var pcts []*float64
 	for _, m := range st.Members {
 		n := nodes[m.NodeID]
 		if m.State != "running" || n == nil {
@@ -352,14 +351,12 @@ func utilization(nomad nomadapi.API, st *Status) {
 			if n.err == nil {
 				u.UtilizationPct = gpuUtil(n.stats, g.ID)
 			}
-			if u.UtilizationPct != nil {
-				sum += *u.UtilizationPct
-				known++
-			}
+			pcts = append(pcts, u.UtilizationPct)
 			st.GPUUtilization = append(st.GPUUtilization, u)
 		}
 	}
-	if known == 0 {
+	mean := observe.MeanUtilization(pcts)
+	if mean == nil {
 		var why []string
 		for _, id := range order {
 			n := nodes[id]
@@ -376,9 +373,8 @@ func utilization(nomad nomadapi.API, st *Status) {
 		st.GPUUtilizationNote = "GPU utilisation unknown: " + strings.Join(why, "; ")
 		return
 	}
-	mean := sum / float64(known)
-	st.GPUUtilizationPct = &mean
-	st.LowGPUUtilization = mean < UtilizationTargetPct
+	st.GPUUtilizationPct = mean
+	st.LowGPUUtilization = observe.LowUtilization(*mean)
 }
 
 // gpuUtil is a GPU's "GPU utilization" stat, nil when absent or "N/A". Device
@@ -393,39 +389,22 @@ func gpuUtil(hs *api.HostStats, id string) *float64 {
 }
 
 // lossSpread compares the latest loss of each rank, as read from the
-// members' logs: no attempt is made to find a step every rank logged (the
-// log tail may not hold one); instead a difference of steps is reported.
+// members' logs (observe.LossSpread).
 func lossSpread(st *Status) {
-	latest := map[int]gpujobs.Loss{}
+	var losses []observe.RankLoss
 	for _, m := range st.Members {
 		for _, l := range m.Losses {
-			if l.Rank < 0 {
-				continue // a line no rank can be told for
-			}
-			if old, ok := latest[l.Rank]; !ok || l.Step > old.Step {
-				latest[l.Rank] = l
-			}
+			losses = append(losses, observe.RankLoss{Rank: l.Rank, Step: l.Step, Loss: l.Loss})
 		}
 	}
-	if len(latest) < 2 {
+	sp, ok := observe.LossSpread(losses)
+	if !ok {
 		return
 	}
-	first := true
-	var lo, hi float64
-	var minStep, maxStep int
-	for _, l := range latest {
-		if first {
-			lo, hi, minStep, maxStep, first = l.Loss, l.Loss, l.Step, l.Step, false
-			continue
-		}
-		lo, hi = min(lo, l.Loss), max(hi, l.Loss)
-		minStep, maxStep = min(minStep, l.Step), max(maxStep, l.Step)
-	}
-	spread := hi - lo
-	st.LossSpread = &spread
-	st.LossStepsDiffer = minStep != maxStep
-	st.lossSteps = [2]int{minStep, maxStep}
-	st.LossSpreadHigh = spread > LossSpreadBar && !st.LossStepsDiffer
+	st.LossSpread = &sp.Spread
+	st.LossStepsDiffer = sp.StepsDiffer()
+	st.lossSteps = [2]int{sp.MinStep, sp.MaxStep}
+	st.LossSpreadHigh = sp.High()
 }
 
 func hasRank(m Member, r int) bool {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/contract"
@@ -241,10 +242,10 @@ func ClusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 			if err != nil {
 				return nil, err
 			}
-			for id, h := range gpujobs.DeviceHolders(allocs) {
+			for id, h := range observe.DeviceHolders(observe.AllocStubs(allocs), nil) {
 				if healthy[id] {
 					n.Free--
-					n.Holds[h.Alloc.JobID]++
+					n.Holds[h.JobID]++
 				}
 			}
 		}
