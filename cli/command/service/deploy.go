@@ -10,11 +10,13 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/submit"
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gatewayclient"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/spec"
@@ -82,7 +84,7 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	s, files, diags := spec.LoadService(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
-		return &submit.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was deployed", path)}
+		return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was deployed", path)}
 	}
 	ro := render.ServiceOptions{Namespace: f.Namespace()}
 	ns := ro.ServiceNamespace(s)
@@ -100,7 +102,7 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	if err != nil {
 		return err
 	}
-	store, err := Store(f)
+	store, err := servestore.Open(f)
 	if err != nil {
 		return err
 	}
@@ -121,7 +123,7 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	if existing != nil && deref(existing.Stop) {
 		existing = nil // stopped: a fresh start at the spec's count
 	}
-	nodes, err := submit.ClusterGPUs(nomad)
+	nodes, err := observe.ClusterGPUs(nomad)
 	if err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 		return fmt.Errorf("%s is registered, but its route is not: %w (deploy again)", s.Name, err)
 	}
 	res := DeployResult{Service: s.Name, Namespace: ns, Version: s.Version, EvalID: reg.EvalID, Status: "registered",
-		Queued: why, Endpoint: gatewayAddr(o.gateway) + s.Route.Path}
+		Queued: why, Endpoint: gatewayclient.Addr(o.gateway) + s.Route.Path}
 	cur, err := nomad.Job(s.Name)
 	if err != nil {
 		return err
@@ -205,7 +207,7 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 	}
 	var failed error
 	if res.Status != api.DeploymentStatusSuccessful {
-		failed = &submit.ExitError{Code: 1, Err: fmt.Errorf("deployment of %s %s %s: %s", s.Name, s.Version, res.Status, res.Description)}
+		failed = &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("deployment of %s %s %s: %s", s.Name, s.Version, res.Status, res.Description)}
 		// Nomad's auto_revert registered the last good version again:
 		// its route goes back with it.
 		if v, err := restoreRoute(ctx, nomad, store, s.Name, s.Version); err != nil {

@@ -7,8 +7,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/submit"
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -50,7 +51,7 @@ than the current one.`,
 				return err
 			}
 			// The route of the version it goes back to (its job meta).
-			store, err := Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}
@@ -71,7 +72,7 @@ than the current one.`,
 				return err
 			}
 			if d != nil && d.Status != api.DeploymentStatusSuccessful {
-				return &submit.ExitError{Code: 1, Err: fmt.Errorf("rollback of %s %s: %s", args[0], d.Status, d.StatusDescription)}
+				return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("rollback of %s %s: %s", args[0], d.Status, d.StatusDescription)}
 			}
 			fmt.Fprintf(f.IO.Out, "%s serves %s again\n", args[0], target.Meta[contract.MetaVersion])
 			return nil

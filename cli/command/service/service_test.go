@@ -18,6 +18,7 @@ import (
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 	"github.com/gpujob/gpujob/internal/testagent"
@@ -150,7 +151,7 @@ func TestDeployWritesTheRouteAndRegisters(t *testing.T) {
 	if !strings.Contains(out, "deployed dep v1 (job version 0): 2 replica(s)") || !strings.Contains(out, "gpujob service status dep") {
 		t.Errorf("output:\n%s", out)
 	}
-	r, err := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	r, err := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestDeployRefusesAJobThatIsNoService(t *testing.T) {
 	if len(f.Registered) != 0 {
 		t.Errorf("registered %d jobs", len(f.Registered))
 	}
-	if r, _ := (Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})); r.Consul != nil {
+	if r, _ := (servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})); r.Consul != nil {
 		if route, _ := r.Route(context.Background(), "default", "other"); route != nil {
 			t.Errorf("a route was written for a refused deploy: %+v", route)
 		}
@@ -283,7 +284,7 @@ func TestStopKeepsTokensUnlessPurged(t *testing.T) {
 	if out, err := execute(t, c, f, "deploy", "--detach", writeSpec(t, "st", "v1")); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	store, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	ctx := context.Background()
 	if _, _, err := store.CreateToken(ctx, "default", "st", "ci", nil, epoch); err != nil {
 		t.Fatal(err)
@@ -307,7 +308,7 @@ func TestStopKeepsTokensUnlessPurged(t *testing.T) {
 	if out, err := execute(t, c, f2, "stop", "--purge", "st"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	pairs, _, _ := c.KV().List(servekv.ServiceKey(KeyPrefix(), "default", "st")+"/", nil)
+	pairs, _, _ := c.KV().List(servekv.ServiceKey(servestore.KeyPrefix(), "default", "st")+"/", nil)
 	if len(pairs) != 0 {
 		t.Errorf("purge left %d keys", len(pairs))
 	}
@@ -364,7 +365,7 @@ func TestRollbackRestoresTheRoute(t *testing.T) {
 	if out, err := execute(t, c, f, "deploy", "--detach", p); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	store, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	if r, _ := store.Route(context.Background(), "default", "rb"); r == nil || r.RateLimit != nil {
 		t.Fatalf("v2's route: %+v", r)
 	}
@@ -390,7 +391,7 @@ func TestRollbackRestoresTheRoute(t *testing.T) {
 func TestStopRemovesAnOrphanRoute(t *testing.T) {
 	c := consulClient(t)
 	f := newFake()
-	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	store, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	if err := store.PutRoute(context.Background(), servekv.Route{Namespace: "default", Service: "orphan", PathPrefix: "/orphan", ConsulService: "orphan"}); err != nil {
 		t.Fatal(err)
 	}

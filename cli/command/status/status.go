@@ -13,10 +13,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/internal/contract"
@@ -272,7 +271,7 @@ func unplaced(nomad nomadapi.API, job *api.Job, st *Status) error {
 	if st.Unplaced == 0 {
 		return nil
 	}
-	nodes, err := submit.ClusterGPUs(nomad)
+	nodes, err := observe.ClusterGPUs(nomad)
 	if err != nil {
 		return err
 	}

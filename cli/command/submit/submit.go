@@ -10,12 +10,12 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/cli/render"
@@ -29,14 +29,8 @@ const (
 	ExitNotPlaced = 2
 )
 
-// ExitError carries an exit code to main.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
+// ExitError carries an exit code to main (cmdutil.ExitError).
+type ExitError = cmdutil.ExitError
 
 type options struct {
 	vars           []string
@@ -99,7 +93,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if err != nil {
 		return err
 	}
-	nodes, err := ClusterGPUs(nomad)
+	nodes, err := observe.ClusterGPUs(nomad)
 	if err != nil {
 		return err
 	}
@@ -196,99 +190,6 @@ func deref(s *string) string {
 		return "registered"
 	}
 	return *s
-}
-
-// ClusterGPUs reads every ready node's GPUs and who holds them, and what
-// the node could give gpujob work when empty.
-func ClusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
-	stubs, _, err := nomad.Nodes(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
-	if err != nil {
-		return nil, err
-	}
-	var nodes []explain.Node
-	for _, s := range stubs {
-		if s.Status != "ready" {
-			continue
-		}
-		n := explain.Node{Name: s.Name, Pool: s.NodePool, Holds: map[string]int{}, Datacenter: s.Datacenter,
-			Ineligible: s.SchedulingEligibility == api.NodeSchedulingIneligible, DriverProblem: driverProblem(s.Drivers)}
-		healthy := map[string]bool{}
-		if s.NodeResources != nil {
-			n.CPU, n.MemoryMiB = s.NodeResources.Cpu.CpuShares, s.NodeResources.Memory.MemoryMB
-			if r := s.ReservedResources; r != nil {
-				n.CPU = max(n.CPU-int64(min(r.Cpu.CpuShares, uint64(n.CPU))), 0)
-				n.MemoryMiB = max(n.MemoryMiB-int64(min(r.Memory.MemoryMB, uint64(n.MemoryMiB))), 0)
-			}
-			for _, g := range s.NodeResources.Devices {
-				if g.Vendor != "nvidia" || g.Type != "gpu" {
-					continue
-				}
-				d := explain.Device{Model: g.Name, MemoryMiB: deviceMemoryMiB(g.Attributes[gpuMemoryAttr])}
-				for _, inst := range g.Instances {
-					if inst.Healthy {
-						healthy[inst.ID] = true
-						n.GPUs++
-						d.Healthy++
-					}
-				}
-				if d.Healthy > 0 {
-					n.Devices = append(n.Devices, d)
-				}
-			}
-		}
-		n.Free = n.GPUs
-		if n.GPUs > 0 {
-			allocs, err := nomad.NodeAllocations(s.ID)
-			if err != nil {
-				return nil, err
-			}
-			for id, h := range observe.DeviceHolders(observe.AllocStubs(allocs), nil) {
-				if healthy[id] {
-					n.Free--
-					n.Holds[h.JobID]++
-				}
-			}
-		}
-		nodes = append(nodes, n)
-	}
-	return nodes, nil
-}
-
-// driverProblem says why a node cannot run the gpujob driver, from its
-// fingerprinted drivers; "" when it can, or when the node lists no drivers
-// at all (then nothing is known to refuse on).
-func driverProblem(drivers map[string]*api.DriverInfo) string {
-	if drivers == nil {
-		return ""
-	}
-	d := drivers[render.Driver]
-	switch {
-	case d == nil || !d.Detected:
-		return "no gpujob driver"
-	case !d.Healthy:
-		if d.HealthDescription != "" {
-			return "gpujob driver unhealthy: " + d.HealthDescription
-		}
-		return "gpujob driver unhealthy"
-	}
-	return ""
-}
-
-// gpuMemoryAttr is the device attribute `gpu { min_memory }` constrains.
-const gpuMemoryAttr = "memory"
-
-// deviceMemoryMiB reads a device group's memory attribute in MiB; 0 when it
-// is missing or in a unit not known here.
-func deviceMemoryMiB(a *api.Attribute) int64 {
-	if a == nil || a.IntVal == nil {
-		return 0
-	}
-	perMiB := map[string]float64{"": 1, "MiB": 1, "GiB": 1024, "TiB": 1 << 20, "MB": 1e6 / (1 << 20), "GB": 1e9 / (1 << 20)}
-	f, ok := perMiB[a.Unit]
-	if !ok {
-		return 0
-	}
-	return int64(float64(*a.IntVal) * f)
 }
 
 func mostGPUs(nodes []explain.Node) int {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -71,7 +71,7 @@ func newCreateCmd(f *factory.Factory) *cobra.Command {
 			case burst > 0:
 				return fmt.Errorf("--burst needs --rps")
 			}
-			store, err := service.Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func newListCmd(f *factory.Factory) *cobra.Command {
 		Short: "List a service's tokens (never their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := service.Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}
@@ -155,7 +155,7 @@ func newRevokeCmd(f *factory.Factory) *cobra.Command {
 		Short: "Revoke a token: every gateway refuses it within a second",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := service.Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}

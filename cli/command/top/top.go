@@ -10,16 +10,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gatewayclient"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
@@ -71,9 +69,9 @@ frame as plain text; -json prints the snapshot as JSON.`,
 	fl.DurationVar(&o.interval, "interval", o.interval, "how often the GPU stats (and the gateway's figures) are read again")
 	fl.BoolVar(&o.once, "once", false, "print one frame as plain text and exit")
 	fl.BoolVar(&o.json, "json", false, "print one snapshot as JSON and exit")
-	fl.StringVar(&o.gateway, "gateway", "", "the gpujob gateway's `URL` (default $"+service.EnvGateway+", else "+service.DefaultGateway+")")
-	fl.StringVar(&o.gatewayAdmin, "gateway-admin", "", "the gateway's admin listener `URL`, for its figures (default $"+service.EnvGatewayAdmin+
-		", else the --gateway host on the port after its own; $"+service.EnvGatewayAdminToken+" when it asks for a token)")
+	fl.StringVar(&o.gateway, "gateway", "", "the gpujob gateway's `URL` (default $"+gatewayclient.EnvGateway+", else "+gatewayclient.DefaultGateway+")")
+	fl.StringVar(&o.gatewayAdmin, "gateway-admin", "", "the gateway's admin listener `URL`, for its figures (default $"+gatewayclient.EnvGatewayAdmin+
+		", else the --gateway host on the port after its own; $"+gatewayclient.EnvGatewayAdminToken+" when it asks for a token)")
 	return cmd
 }
 
@@ -106,7 +104,7 @@ func run(ctx context.Context, f *factory.Factory, o *options) error {
 	if err != nil {
 		return err
 	}
-	stats := GatewayStats(service.GatewayAdminAddr(o.gatewayAdmin, gatewayAddr(o.gateway)))
+	stats := GatewayStats(gatewayclient.AdminAddr(o.gatewayAdmin, gatewayclient.Addr(o.gateway)))
 	m := NewModel(src, stats, o.interval)
 	m.Cluster = cluster
 
@@ -153,16 +151,12 @@ func waitReady(ctx context.Context, ready <-chan struct{}, d time.Duration) {
 	}
 }
 
-func gatewayAddr(flag string) string {
-	return strings.TrimSuffix(firstOf(flag, os.Getenv(service.EnvGateway), service.DefaultGateway), "/")
-}
-
 // GatewayStats reads the /-/stats of the gateway whose admin listener is at
 // admin, like `gpujob service status`: its figures per service, by
 // "<namespace>/<service>".
 func GatewayStats(admin string) ServiceStats {
 	return func(ctx context.Context) (map[string]servekv.Stats, error) {
-		all, err := service.GatewayStatsAt(ctx, admin)
+		all, err := gatewayclient.StatsAt(ctx, admin)
 		if err != nil {
 			return nil, err
 		}
