@@ -27,6 +27,8 @@ another namespace's sweeps (whose trial templates that namespace's controller
 registers) or services (whose routes the gateways follow and the autoscaler
 scales). gpujob acl policy prints each policy, rendered for a namespace where it
 is one's.`,
+		Example: `  gpujob acl policy
+  gpujob acl policy nomad-submit --namespace team-a`,
 	}
 	cmd.AddCommand(newPolicyCmd(f))
 	return cmd
