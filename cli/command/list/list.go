@@ -2,6 +2,7 @@
 package list
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -33,13 +34,18 @@ type Job struct {
 	Counts gpujobs.Counts `json:"counts"`
 }
 
-type options struct {
-	json bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	JSON bool
 }
 
 // NewCmd returns the list command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -51,6 +57,9 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
   gpujob list --json | jq -r '.[] | select(.state == "running") | .name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
 			nomad, err := f.Nomad()
 			if err != nil {
 				return err
@@ -59,7 +68,7 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
 			if err != nil {
 				return err
 			}
-			if o.json {
+			if o.JSON {
 				return gpujobs.PrintJSON(f.IO.Out, jobs)
 			}
 			if len(jobs) == 0 {
@@ -80,7 +89,7 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
 			return t.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 

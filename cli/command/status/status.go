@@ -127,13 +127,20 @@ type Member struct {
 	LogError string `json:"log_error,omitempty"`
 }
 
-type options struct {
-	json bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Job is the job ID (the argument).
+	Job  string
+	JSON bool
 }
 
 // NewCmd returns the status command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "status JOB",
 		Short: "Show a training job's members, ranks, restarts and loss",
@@ -161,10 +168,14 @@ job against the cluster's GPUs, in submit's words ("needs 4 × 1 nvidia/gpu;
   gpujob status bert-finetune --json | jq '.members[] | {name, ranks, state}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(ctxOf(cmd), f, o, args[0])
+			o.Job = args[0]
+			if runF != nil {
+				return runF(ctxOf(cmd), o)
+			}
+			return run(ctxOf(cmd), f, o, o.Job)
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
@@ -175,7 +186,7 @@ func ctxOf(cmd *cobra.Command) context.Context {
 	return context.Background()
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options, jobID string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) error {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return err
@@ -184,7 +195,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, jobID string) erro
 	if err != nil {
 		return err
 	}
-	if o.json {
+	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, st)
 	}
 	return printStatus(f.IO.Out, st)

@@ -32,18 +32,25 @@ const (
 // ExitError carries an exit code to main (cmdutil.ExitError).
 type ExitError = cmdutil.ExitError
 
-type options struct {
-	vars           []string
-	varFiles       []string
-	checkpointRoot string
-	noQueue        bool
-	detach         bool
-	logs           bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Path is the spec file (the argument).
+	Path           string
+	Vars           []string
+	VarFiles       []string
+	CheckpointRoot string
+	NoQueue        bool
+	Detach         bool
+	Logs           bool
 }
 
 // NewCmd returns the submit command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "submit SPEC",
 		Short: "Submit a training spec to Nomad and watch it run",
@@ -63,24 +70,28 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(cmd.Context(), f, o, args[0])
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return run(cmd.Context(), f, o, o.Path)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
-	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
-	cmd.Flags().BoolVar(&o.noQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
-	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
-	cmd.Flags().BoolVar(&o.logs, "logs", false, "also stream every worker's stdout while watching")
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
+	cmd.Flags().BoolVar(&o.NoQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
+	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
+	cmd.Flags().BoolVar(&o.Logs, "logs", false, "also stream every worker's stdout while watching")
 	return cmd
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options, path string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, path string) error {
 	out := f.IO.Out
-	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return &ExitError{Code: 1, Err: err}
 	}
-	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was submitted", path)}
@@ -134,7 +145,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 		return err
 	}
 	why := explain.Placement(ask, plan.FailedTGAllocs[render.Group], nodes)
-	if why != "" && o.noQueue {
+	if why != "" && o.NoQueue {
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
 	}
@@ -146,11 +157,11 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if why != "" {
 		fmt.Fprintf(out, "queued: %s\n", why)
 	}
-	if o.detach {
+	if o.Detach {
 		fmt.Fprintf(out, "follow it: gpujob status %s\n", t.Name)
 		return nil
 	}
-	w := &watcher{api: nomad, out: &lockedWriter{w: out}, job: t.Name, workers: t.Workers, now: f.Now, logs: o.logs,
+	w := &watcher{api: nomad, out: &lockedWriter{w: out}, job: t.Name, workers: t.Workers, now: f.Now, logs: o.Logs,
 		since: reg.JobModifyIndex}
 	outcome, err := w.run(ctx)
 	if err != nil {
