@@ -10,6 +10,7 @@ import (
 	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -55,7 +56,7 @@ than the current one.`,
 			if err != nil {
 				return err
 			}
-			if err := putRouteOf(ctx, store, target); err != nil {
+			if err := servicedeploy.PutRouteOf(ctx, store, target); err != nil {
 				fmt.Fprintf(f.IO.ErrOut, "gpujob: the gateway route stays as it was: %v\n", err)
 			}
 			fmt.Fprintf(f.IO.Out, "rolling %s back to %s (job version %d), evaluation %s\n",
@@ -67,7 +68,7 @@ than the current one.`,
 			if err != nil {
 				return err
 			}
-			d, err := watchDeployment(ctx, nomad, args[0], deref(cur.Version), progressTo(f.IO.Out, false))
+			d, err := servicedeploy.Watch(ctx, nomad, args[0], deref(cur.Version), progressTo(f.IO.Out, false))
 			if err != nil {
 				return err
 			}

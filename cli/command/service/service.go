@@ -13,7 +13,7 @@ import (
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
-	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -69,7 +69,7 @@ func loadService(nomad nomadapi.API, name string) (*api.Job, error) {
 	if job == nil {
 		return nil, fmt.Errorf("service %q %w in Nomad at %s", name, errNoService, nomad.Address())
 	}
-	if !IsService(job) {
+	if !servicedeploy.IsService(job) {
 		return nil, fmt.Errorf("job %q is not a gpujob service (its meta has no %s = %q); use `nomad job status %s`",
 			name, contract.MetaKind, contract.KindService, name)
 	}
@@ -77,19 +77,7 @@ func loadService(nomad nomadapi.API, name string) (*api.Job, error) {
 }
 
 // IsService reports whether job is a gpujob service's.
-func IsService(job *api.Job) bool {
-	return job != nil && job.Meta[contract.MetaKind] == contract.KindService
-}
-
-// group is the job's replica group.
-func group(job *api.Job) *api.TaskGroup {
-	for _, g := range job.TaskGroups {
-		if g.Name != nil && *g.Name == render.ServiceGroup {
-			return g
-		}
-	}
-	return nil
-}
+func IsService(job *api.Job) bool { return servicedeploy.IsService(job) }
 
 func firstOf(vals ...string) string {
 	for _, v := range vals {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
@@ -128,7 +129,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 	ns := firstOf(deref(job.Namespace), f.Namespace())
 	st := &Status{Service: name, Namespace: ns, JobStatus: deref(job.Status), Version: job.Meta[contract.MetaVersion],
 		JobVersion: deref(job.Version), Endpoint: gateway}
-	g := group(job)
+	g := servicedeploy.Group(job)
 	if g != nil {
 		st.Desired = deref(g.Count)
 		if p := g.Scaling; p != nil {
@@ -192,7 +193,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 
 	if d, _, err := nomad.LatestDeployment(name, nil); err == nil && d != nil {
 		v := &DeploymentView{ID: d.ID, JobVersion: d.JobVersion, Status: d.Status, Description: d.StatusDescription,
-			Line: DeploymentLine(d)}
+			Line: servicedeploy.DeploymentLine(d)}
 		if tg := d.TaskGroups[render.ServiceGroup]; tg != nil {
 			v.Canaries, v.Placed, v.Promoted = tg.DesiredCanaries, len(tg.PlacedCanaries), tg.Promoted
 			v.Healthy, v.Desired = tg.HealthyAllocs, tg.DesiredTotal
