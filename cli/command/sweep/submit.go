@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
@@ -23,7 +22,6 @@ import (
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
-	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // EnvControllerBinary names the gpujob binary the controller job runs on
@@ -172,19 +170,11 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	}
 	rec := sweepjob.NewRecord(sw, e.ns, tmpl, path, string(source), f.Now())
 	rec.Vars, rec.VarFiles, rec.ControllerUser = o.vars, o.varFiles, user
-	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
-		Created: f.Now(), Updated: f.Now()}
+	st := sweepjob.InitialState(rec, sw.MaxTrials, f.Now())
 	if creds.RecordDigest, err = rec.Digest(); err != nil {
 		return err
 	}
-	if err := sweepjob.Create(ctx, e.consul, e.prefix, rec, st); err != nil {
-		return err
-	}
-	if err := creds.Issue(); err != nil {
-		tree := sweepkv.SweepKey(e.prefix, e.ns, sw.Name) + "/"
-		if _, derr := e.consul.KV().DeleteTree(tree, (&consul.WriteOptions{}).WithContext(ctx)); derr != nil {
-			return fmt.Errorf("%w; removing the sweep's record %s: %v", err, tree, derr)
-		}
+	if err := sweepjob.Submit(ctx, e.consul, e.prefix, rec, st, creds.Issue); err != nil {
 		return err
 	}
 	if err := registerController(e, ctl); err != nil {
