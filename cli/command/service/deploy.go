@@ -17,15 +17,22 @@ import (
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
-type deployOptions struct {
-	vars, varFiles []string
-	detach         bool
-	json           bool
-	gateway        string
+// DeployOptions is what the command's arguments and flags ask for.
+type DeployOptions struct {
+	// Path is the spec file (the argument).
+	Path           string
+	Vars, VarFiles []string
+	Detach         bool
+	JSON           bool
+	Gateway        string
 }
 
-func newDeployCmd(f *factory.Factory) *cobra.Command {
-	o := &deployOptions{}
+func newDeployCmd(f *factory.Factory) *cobra.Command { return NewDeployCmd(f, nil) }
+
+// NewDeployCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewDeployCmd(f *factory.Factory, runF func(context.Context, *DeployOptions) error) *cobra.Command {
+	o := &DeployOptions{}
 	cmd := &cobra.Command{
 		Use:   "deploy SPEC",
 		Short: "Deploy a service spec, or roll out a new version of it",
@@ -45,13 +52,17 @@ can.`,
   gpujob service deploy --detach -json serve.hcl`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return deploy(cmd.Context(), f, o, args[0])
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return deploy(cmd.Context(), f, o, o.Path)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
-	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
-	cmd.Flags().BoolVar(&o.json, "json", false, "print the outcome as JSON")
-	addGatewayFlag(cmd, &o.gateway)
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the outcome as JSON")
+	addGatewayFlag(cmd, &o.Gateway)
 	return cmd
 }
 
@@ -66,11 +77,11 @@ const MetaRoute = servicedeploy.MetaRoute
 
 // deploy loads the spec, registers it (servicedeploy.Register) and
 // follows the deployment, printing each step.
-func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path string) error {
+func deploy(ctx context.Context, f *factory.Factory, o *DeployOptions, path string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	s, files, diags := spec.LoadService(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	s, files, diags := spec.LoadService(path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was deployed", path)}
@@ -84,13 +95,13 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 		return err
 	}
 	reg, err := servicedeploy.Register(ctx, nomad, store, servicedeploy.Request{Service: s, Namespace: f.Namespace(),
-		Gateway: gatewayclient.Addr(o.gateway)})
+		Gateway: gatewayclient.Addr(o.Gateway)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	res := reg.Result
 	out := f.IO.Out
-	if !o.json {
+	if !o.JSON {
 		verb := "deployed"
 		if reg.Update {
 			verb = "updating"
@@ -101,10 +112,10 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 			fmt.Fprintf(out, "queued: %s\n", res.Queued)
 		}
 	}
-	if o.detach {
-		return finish(out, o.json, res, nil)
+	if o.Detach {
+		return finish(out, o.JSON, res, nil)
 	}
-	d, err := servicedeploy.Watch(ctx, nomad, s.Name, res.JobVersion, progressTo(out, o.json))
+	d, err := servicedeploy.Watch(ctx, nomad, s.Name, res.JobVersion, progressTo(out, o.JSON))
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintf(f.IO.ErrOut, "stopped watching; the deployment goes on: gpujob service status %s\n", s.Name)
@@ -117,11 +128,11 @@ func deploy(ctx context.Context, f *factory.Factory, o *deployOptions, path stri
 		failed = &cmdutil.ExitError{Code: 1, Err: failed}
 		if restoreErr != nil {
 			fmt.Fprintf(f.IO.ErrOut, "gpujob: restoring the route of the version Nomad reverted to: %v\n", restoreErr)
-		} else if revertedTo != "" && !o.json {
+		} else if revertedTo != "" && !o.JSON {
 			fmt.Fprintf(out, "%s is back on %s, with its route\n", s.Name, revertedTo)
 		}
 	}
-	return finish(out, o.json, res, failed)
+	return finish(out, o.JSON, res, failed)
 }
 
 func finish(out io.Writer, asJSON bool, res DeployResult, failed error) error {
