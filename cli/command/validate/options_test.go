@@ -1,48 +1,15 @@
 package validate
 
 import (
-	"context"
-	"reflect"
 	"testing"
-	"time"
 
-	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/iostreams"
+	"github.com/gpujob/gpujob/cli/cmdutil/cmdtest"
 )
 
 // The arguments parse into Options (through the runF seam: nothing runs).
 func TestOptionsFromArgs(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want Options
-	}{
-		{[]string{"spec.hcl"}, Options{Path: "spec.hcl"}},
-		{[]string{"--var", "workers=2", "--var", "x=y", "--var-file", "a.hcl", "--checkpoint-root", "/ckpt", "spec.hcl"}, Options{Path: "spec.hcl", Vars: []string{"workers=2", "x=y"}, VarFiles: []string{"a.hcl"}, CheckpointRoot: "/ckpt"}},
-	} {
-		io, _, _, _ := iostreams.Test()
-		var got *Options
-		cmd := NewCmdWith(&factory.Factory{IO: io, Now: time.Now}, func(_ context.Context, o *Options) error {
-			got = o
-			return nil
-		})
-		cmd.SetArgs(tc.args)
-		if err := cmd.Execute(); err != nil {
-			t.Errorf("%q: %v", tc.args, err)
-			continue
-		}
-		if got == nil || !reflect.DeepEqual(*got, tc.want) {
-			t.Errorf("%q parsed into %+v, want %+v", tc.args, got, tc.want)
-		}
-	}
-	io, _, _, _ := iostreams.Test()
-	ran := false
-	cmd := NewCmdWith(&factory.Factory{IO: io, Now: time.Now}, func(context.Context, *Options) error {
-		ran = true
-		return nil
-	})
-	cmd.SetArgs([]string{})
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	if err := cmd.Execute(); err == nil || ran {
-		t.Errorf("bad arguments: error %v, ran %v; want an error before running", err, ran)
-	}
+	cmdtest.CheckOptions(t, NewCmdWith, []cmdtest.Case[Options]{
+		{Args: []string{"spec.hcl"}, Want: Options{Path: "spec.hcl"}},
+		{Args: []string{"--var", "workers=2", "--var", "x=y", "--var-file", "a.hcl", "--checkpoint-root", "/ckpt", "spec.hcl"}, Want: Options{Path: "spec.hcl", Vars: []string{"workers=2", "x=y"}, VarFiles: []string{"a.hcl"}, CheckpointRoot: "/ckpt"}},
+	}, []string{})
 }
