@@ -20,14 +20,6 @@ import (
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
-// Stat names of the gpujob device plugin (those of nomad-device-nvidia).
-const (
-	StatGPUUtil     = contract.StatGPUUtil
-	StatMemory      = contract.StatMemory
-	StatTemperature = contract.StatTemperature
-	StatPower       = contract.StatPower
-)
-
 // Device attributes read from the fingerprint.
 const (
 	AttrMemory = "memory"
@@ -255,10 +247,10 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 		}
 		at := ds.Stats.Attributes
 		g.stats = at
-		g.UtilizationPct, _ = gpujobs.StatNum(at[StatGPUUtil])
-		g.MemoryUsedMiB, g.MemoryTotalMiB = gpujobs.StatNum(at[StatMemory])
-		g.TemperatureC, _ = gpujobs.StatNum(at[StatTemperature])
-		g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[StatPower])
+		g.UtilizationPct, _ = gpujobs.StatNum(at[contract.StatGPUUtil])
+		g.MemoryUsedMiB, g.MemoryTotalMiB = gpujobs.StatNum(at[contract.StatMemory])
+		g.TemperatureC, _ = gpujobs.StatNum(at[contract.StatTemperature])
+		g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[contract.StatPower])
 	}
 	return gpus, warnings, nil
 }
@@ -300,10 +292,10 @@ func printReport(w, errw io.Writer, r *Report) error {
 			held = fmt.Sprintf("%s (%s)", g.Holder.AllocName, gpujobs.ShortID(g.Holder.AllocID))
 		}
 		t.Row(node, model, gpujobs.ShortUUID(g.ID), mem, health,
-			statText(g.stats, StatGPUUtil, g.UtilizationPct, nil, "%"),
-			statText(g.stats, StatMemory, g.MemoryUsedMiB, g.MemoryTotalMiB, " MiB"),
-			statText(g.stats, StatTemperature, g.TemperatureC, nil, " C"),
-			statText(g.stats, StatPower, g.PowerW, g.PowerLimitW, " W"),
+			statText(g.stats, contract.StatGPUUtil, g.UtilizationPct, nil, "%"),
+			statText(g.stats, contract.StatMemory, g.MemoryUsedMiB, g.MemoryTotalMiB, " MiB"),
+			statText(g.stats, contract.StatTemperature, g.TemperatureC, nil, " C"),
+			statText(g.stats, contract.StatPower, g.PowerW, g.PowerLimitW, " W"),
 			held)
 	}
 	if err := t.Flush(); err != nil {
