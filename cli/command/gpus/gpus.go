@@ -3,6 +3,7 @@
 package gpus
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -81,13 +82,18 @@ type Total struct {
 	Fake    int    `json:"fake"`
 }
 
-type options struct {
-	json bool
+// Options is what the command's flags ask for.
+type Options struct {
+	JSON bool
 }
 
 // NewCmd returns the gpus command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "gpus",
 		Short: "List the cluster's GPUs, their health and use, and who holds them",
@@ -102,6 +108,9 @@ that node).`,
   gpujob gpus --json | jq '.gpus[] | select(.holder == null and .healthy) | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
 			nomad, err := f.Nomad()
 			if err != nil {
 				return err
@@ -110,13 +119,13 @@ that node).`,
 			if err != nil {
 				return err
 			}
-			if o.json {
+			if o.JSON {
 				return gpujobs.PrintJSON(f.IO.Out, r)
 			}
 			return printReport(f.IO.Out, f.IO.ErrOut, r)
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
