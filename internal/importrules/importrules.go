@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -25,6 +26,9 @@ const Module = "github.com/gpujob/gpujob"
 type Package struct {
 	ImportPath string
 	Imports    []string
+	// TestImports and XTestImports are the imports of the package's tests
+	// (go list without -deps); CheckTests judges them.
+	TestImports, XTestImports []string
 }
 
 // Edge is one import: From imports To (paths relative to Module).
@@ -79,6 +83,23 @@ func Check(pkgs []Package) []Violation {
 		return out[i].To < out[k].To
 	})
 	return out
+}
+
+// CheckTests returns the imports of the module's tests that break a rule.
+// A test may also import its own package and cli/command/root (to drive
+// the whole CLI as a user does).
+func CheckTests(pkgs []Package) []Violation {
+	var asPkgs []Package
+	for _, p := range pkgs {
+		var imps []string
+		for _, imp := range append(slices.Clone(p.TestImports), p.XTestImports...) {
+			if imp != p.ImportPath && imp != Module+"/cli/command/root" {
+				imps = append(imps, imp)
+			}
+		}
+		asPkgs = append(asPkgs, Package{ImportPath: p.ImportPath, Imports: imps})
+	}
+	return Check(asPkgs)
 }
 
 // broken names the rule from → to breaks, "" when none.

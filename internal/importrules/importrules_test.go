@@ -16,10 +16,17 @@ var known = []Edge{
 	{"internal/sweep/controller", "driver/rendezvous"},
 }
 
-// TestModuleImports checks this module's import graph (its packages and
-// their dependencies, tests excluded) against the rules.
-func TestModuleImports(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports", "./...")
+// knownInTests are the violations of the module's tests.
+var knownInTests = []Edge{
+	// BenchmarkScrape64x8 times the exporter against `gpujob gpus`'
+	// collection of the same cluster (BENCHMARKS.md).
+	{"cli/observe/metrics", "cli/command/gpus"},
+}
+
+// goList runs go list with args in the module's root.
+func goList(t *testing.T, args ...string) []Package {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -40,8 +47,15 @@ func TestModuleImports(t *testing.T) {
 	if mine < 20 {
 		t.Fatalf("go list listed %d of the module's packages: the check would check nothing", mine)
 	}
+	return pkgs
+}
+
+// compare fails the test for each violation not in known and each entry
+// of known that is no longer a violation.
+func compare(t *testing.T, got []Violation, known []Edge) {
+	t.Helper()
 	seen := map[Edge]bool{}
-	for _, v := range Check(pkgs) {
+	for _, v := range got {
 		seen[v.Edge] = true
 		if !slices.Contains(known, v.Edge) {
 			t.Errorf("%s: %s", v.Edge, v.Rule)
@@ -52,6 +66,17 @@ func TestModuleImports(t *testing.T) {
 			t.Errorf("%s is no longer imported: delete it from the known violations", e)
 		}
 	}
+}
+
+// TestTestImports checks the imports of the module's tests.
+func TestTestImports(t *testing.T) {
+	compare(t, CheckTests(goList(t, "-json=ImportPath,TestImports,XTestImports", "./...")), knownInTests)
+}
+
+// TestModuleImports checks this module's import graph (its packages and
+// their dependencies, tests excluded) against the rules.
+func TestModuleImports(t *testing.T) {
+	compare(t, Check(goList(t, "-deps", "-json=ImportPath,Imports", "./...")), known)
 }
 
 func TestRules(t *testing.T) {
@@ -77,6 +102,25 @@ func TestRules(t *testing.T) {
 		got := Check([]Package{{ImportPath: m + tc.from, Imports: []string{m + tc.to, "fmt", "github.com/other/x"}}})
 		if (len(got) > 0) != tc.broken {
 			t.Errorf("%s → %s: violations %v, want broken=%v", tc.from, tc.to, got, tc.broken)
+		}
+	}
+}
+
+func TestTestRules(t *testing.T) {
+	const m = Module + "/"
+	pkgs := []Package{
+		{ImportPath: m + "cli/command/acl", XTestImports: []string{m + "cli/command/acl", m + "cli/command/root"}},
+		{ImportPath: m + "cli/command/top", TestImports: []string{m + "cli/command/service"}},
+		{ImportPath: m + "internal/gateway", TestImports: []string{m + "cli/servestore"}},
+	}
+	got := CheckTests(pkgs)
+	want := []Edge{{"cli/command/top", "cli/command/service"}, {"internal/gateway", "cli/servestore"}}
+	if len(got) != len(want) {
+		t.Fatalf("violations %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Edge != want[i] {
+			t.Errorf("violation %d: %s, want %s", i, got[i].Edge, want[i])
 		}
 	}
 }
