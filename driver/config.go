@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
 	"github.com/gpujob/gpujob/driver/rendezvous"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -43,7 +44,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"session_ttl": hclspec.NewDefault(hclspec.NewAttr("session_ttl", "string", false),
 		hclspec.NewLiteral(`"10s"`)),
 	"checkpoint_root": hclspec.NewDefault(hclspec.NewAttr("checkpoint_root", "string", false),
-		hclspec.NewLiteral(`"/var/lib/gpujob/checkpoints"`)),
+		hclspec.NewLiteral(`"`+contract.DefaultCheckpointRoot+`"`)),
 	// Who a task's ranks run as when the task names no user. Root, by any
 	// of these roads, needs allow_root (see resolveIdentity).
 	"default_user": hclspec.NewDefault(hclspec.NewAttr("default_user", "string", false),
@@ -221,7 +222,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("session_ttl: %s is outside Consul's 10s to 24h", ttl)
 	}
 	if c.CheckpointRoot == "" {
-		c.CheckpointRoot = "/var/lib/gpujob/checkpoints"
+		c.CheckpointRoot = contract.DefaultCheckpointRoot
 	}
 	if !strings.HasPrefix(c.CheckpointRoot, "/") {
 		return fmt.Errorf("checkpoint_root: %q must be an absolute path", c.CheckpointRoot)

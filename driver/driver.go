@@ -31,12 +31,13 @@ import (
 
 	"github.com/gpujob/gpujob/driver/supervisor"
 	"github.com/gpujob/gpujob/internal/containermember"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 const (
 	// PluginName is what jobs put in `driver = "gpujob"`.
-	PluginName = "gpujob"
+	PluginName = contract.DriverName
 	// SuperviseCommand is the argument that makes the plugin binary run as a
 	// task's supervisor instead of as the plugin.
 	SuperviseCommand = "supervise"

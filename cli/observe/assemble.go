@@ -7,21 +7,16 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
 // Job kinds (Holder.Kind, Waiting.Kind), from the job meta gpujob renders.
 const (
-	KindTrain   = "train"
+	KindTrain   = contract.KindTrain
 	KindTrial   = "trial"
-	KindService = "service"
-)
-
-// Meta keys read here (cli/render's).
-const (
-	metaKind  = "gpujob"
-	metaSweep = "gpujob_sweep"
+	KindService = contract.KindService
 )
 
 // attrFake marks the device plugin's fake GPUs.
@@ -72,9 +67,9 @@ func hasGPU(n *api.NodeListStub) bool {
 // JobKind is a job's gpujob kind from its meta: train, trial, service, or
 // "" (not a gpujob job, or one of gpujob's helpers).
 func JobKind(meta map[string]string) string {
-	switch meta[metaKind] {
+	switch meta[contract.MetaKind] {
 	case KindTrain:
-		if meta[metaSweep] != "" {
+		if meta[contract.MetaSweep] != "" {
 			return KindTrial
 		}
 		return KindTrain
@@ -97,7 +92,7 @@ func Assemble(in Inputs) *Snapshot {
 			kinds[j.Namespace+"/"+j.ID] = JobKind(j.Meta)
 		}
 	}
-	holders := deviceHolders(in.Allocs, kinds)
+	holders := DeviceHolders(in.Allocs, kinds)
 	for _, n := range in.Nodes {
 		if n == nil || (in.NodeID != "" && n.ID != in.NodeID) || !hasGPU(n) {
 			continue
@@ -155,32 +150,6 @@ func Assemble(in Inputs) *Snapshot {
 	return s
 }
 
-// deviceHolders maps each device ID reserved by a live allocation to it.
-func deviceHolders(allocs []*api.AllocationListStub, kinds map[string]string) map[string]*Holder {
-	out := map[string]*Holder{}
-	for _, a := range allocs {
-		if a == nil || a.AllocatedResources == nil || gpujobs.Terminal(a.ClientStatus) ||
-			a.DesiredStatus == "evict" || a.DesiredStatus == "stop" && a.ClientStatus != "running" {
-			continue
-		}
-		for task, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil {
-					continue
-				}
-				for _, id := range d.DeviceIDs {
-					out[id] = &Holder{Namespace: a.Namespace, JobID: a.JobID, AllocID: a.ID, AllocName: a.Name,
-						Task: task, Kind: kinds[a.Namespace+"/"+a.JobID]}
-				}
-			}
-		}
-	}
-	return out
-}
-
 // gpusOf lists a node's GPUs by UUID, numbered from 0: DCGM's "gpu"
 // label. (Nomad's API gives no PCI bus ID, nvidia-smi's order; UUIDs keep
 // the number stable across restarts, which dashboards need more.)
@@ -211,22 +180,22 @@ func gpusOf(n *api.NodeListStub, holders map[string]*Holder, hs *api.HostStats) 
 }
 
 func applyStats(g *GPU, at map[string]*api.StatValue) {
-	g.UtilPct, _ = gpujobs.StatNum(at[gpujobs.StatGPUUtil])
-	g.MemUtilPct, _ = gpujobs.StatNum(at[gpujobs.StatMemUtil])
-	g.MemUsedMiB, g.MemTotalMiB = gpujobs.StatNum(at[gpujobs.StatMemory])
-	g.TempC, _ = gpujobs.StatNum(at[gpujobs.StatTemperature])
-	g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[gpujobs.StatPower])
-	g.SMClockMHz, _ = gpujobs.StatNum(at[gpujobs.StatSMClock])
-	g.ECCCorrected, _ = gpujobs.StatNum(at[gpujobs.StatECCCorrected])
-	g.ECCUncorrected, _ = gpujobs.StatNum(at[gpujobs.StatECCUncorrect])
-	g.XidErrors, _ = gpujobs.StatNum(at[gpujobs.StatXidCount])
-	g.LastXid, _ = gpujobs.StatNum(at[gpujobs.StatXidLast])
+	g.UtilPct, _ = gpujobs.StatNum(at[contract.StatGPUUtil])
+	g.MemUtilPct, _ = gpujobs.StatNum(at[contract.StatMemUtil])
+	g.MemUsedMiB, g.MemTotalMiB = gpujobs.StatNum(at[contract.StatMemory])
+	g.TempC, _ = gpujobs.StatNum(at[contract.StatTemperature])
+	g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[contract.StatPower])
+	g.SMClockMHz, _ = gpujobs.StatNum(at[contract.StatSMClock])
+	g.ECCCorrected, _ = gpujobs.StatNum(at[contract.StatECCCorrected])
+	g.ECCUncorrected, _ = gpujobs.StatNum(at[contract.StatECCUncorrected])
+	g.XidErrors, _ = gpujobs.StatNum(at[contract.StatXidCount])
+	g.LastXid, _ = gpujobs.StatNum(at[contract.StatXidLast])
 }
 
 // trainJob folds a training job's allocations into its members, round and
 // restarts.
 func trainJob(j *api.JobListStub, stubs []*api.AllocationListStub, losses []RankLoss) TrainJob {
-	t := TrainJob{Namespace: j.Namespace, ID: j.ID, Status: j.Status, Workers: gpujobs.MetaInt(j.Meta, gpujobs.MetaWorkers),
+	t := TrainJob{Namespace: j.Namespace, ID: j.ID, Status: j.Status, Workers: gpujobs.MetaInt(j.Meta, contract.MetaWorkers),
 		MembersByState: map[string]int{"pending": 0, "running": 0, "complete": 0, "failed": 0, "lost": 0},
 		Members:        []Member{}, MaxRestarts: -1, Losses: losses}
 	if t.Losses == nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 )
 
 // lossTailBytes is how much of a member's log end is read for its loss

@@ -8,14 +8,14 @@ import (
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
 	"github.com/gpujob/gpujob/internal/safename"
 )
 
 // The sweep controller's job.
 const (
-	MetaKindSweepController = "sweep-controller"
-	ControllerGroup         = "controller"
+	ControllerGroup = "controller"
 	// ControllerTask is short: its Task API socket,
 	// <data_dir>/alloc/<alloc ID>/<task>/secrets/api.sock, must fit the
 	// 107 bytes of a unix socket's path, and Nomad skips it otherwise.
@@ -67,7 +67,7 @@ func ControllerJobspec(c Controller) ([]byte, error) {
 	}
 	f, job := helperJob("# Rendered by `gpujob sweep submit`: the controller of sweep "+c.Sweep+".\n",
 		c.JobID, "batch", c.Datacenters, c.Namespace, c.NodePool)
-	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindSweepController, MetaSweep: c.Sweep}))
+	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{contract.MetaKind: contract.KindSweepController, contract.MetaSweep: c.Sweep}))
 	job.AppendNewline()
 
 	group := job.AppendNewBlock("group", []string{ControllerGroup}).Body()

@@ -15,6 +15,7 @@ import (
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/containermember"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/safename"
 )
 
@@ -183,7 +184,7 @@ func checkContainerAs(t *testing.T, tr *spec.Train, task *api.Task, jobID string
 		{testRun, testRun}, // gpujob submit's stamp
 		{"", ""},           // nomad job run of the rendered file
 	} {
-		dc := dockerTaskConfig(t, task, jobID, map[string]string{render.MetaRun: c.run})
+		dc := dockerTaskConfig(t, task, jobID, map[string]string{contract.MetaRun: c.run})
 		if dc.Image != tr.Image || dc.Command != "" || len(dc.Args) != 0 ||
 			!reflect.DeepEqual(dc.Entrypoint, []string{containermember.SupervisorPath(), containermember.SpecPath()}) ||
 			dc.NetworkMode != "host" || !dc.Init {
@@ -196,7 +197,7 @@ func checkContainerAs(t *testing.T, tr *spec.Train, task *api.Task, jobID string
 			t.Errorf("shm_size %d, want %d MiB", dc.ShmSize, tr.Resources.ShmMiB)
 		}
 		// As the driver builds it (driver/spec.go: checkpointDir).
-		ckpt := path.Join(render.DefaultCheckpointRoot, safename.Encode(testNamespace), safename.Encode(jobID), c.want)
+		ckpt := path.Join(contract.DefaultCheckpointRoot, safename.Encode(testNamespace), safename.Encode(jobID), c.want)
 		want := []dockerMount{
 			{Type: "bind", Source: path.Join(containermember.RunRoot, testAllocID), Target: containermember.MountPoint, ReadOnly: true},
 			{Type: "bind", Source: ckpt, Target: ckpt},
@@ -221,7 +222,7 @@ func TestImageJobDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := parseJob(t, "image.nomad.hcl", src)
-	if job.Meta[render.MetaRun] != "" || job.Meta[render.MetaTask] != render.Task {
+	if job.Meta[contract.MetaRun] != "" || job.Meta[contract.MetaTask] != render.Task {
 		t.Errorf("meta %v", job.Meta)
 	}
 	g := job.TaskGroups[0]
@@ -235,11 +236,11 @@ func TestImageJobDecodes(t *testing.T) {
 	// edit, the e2e tests) mounts that job's checkpoints.
 	checkContainerAs(t, tr, member, "bert-2")
 	tc := taskConfig(t, sidecar)
-	if tc.ContainerTask != render.Task || tc.CheckpointRoot != render.DefaultCheckpointRoot || tc.NProcPerNode != 2 ||
+	if tc.ContainerTask != render.Task || tc.CheckpointRoot != contract.DefaultCheckpointRoot || tc.NProcPerNode != 2 ||
 		!reflect.DeepEqual(tc.Preload, tr.Preload) || tc.Workdir != tr.Workdir {
 		t.Errorf("sidecar config %+v", tc)
 	}
-	dc := dockerTaskConfig(t, member, tr.Name, map[string]string{render.MetaRun: testRun})
+	dc := dockerTaskConfig(t, member, tr.Name, map[string]string{contract.MetaRun: testRun})
 	want := dockerAuth{Username: "robot", Password: "s3cret", ServerAddr: "registry.example.com"}
 	if !dc.ForcePull || dc.ImagePullTimeout != "10m" || dc.Auth != want || dc.ShmSize != 1<<30 {
 		t.Errorf("docker config %+v", dc)

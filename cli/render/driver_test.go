@@ -13,6 +13,7 @@ import (
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/driver"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // parseJob reads a jobspec the way `nomad job run` does: Nomad 1.6.3's own
@@ -76,7 +77,7 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 			if *job.ID != tr.Name || *job.Type != "batch" || len(job.TaskGroups) != 1 {
 				t.Fatalf("job %s type %s groups %d", *job.ID, *job.Type, len(job.TaskGroups))
 			}
-			if job.Meta[render.MetaKind] != render.MetaKindTrain {
+			if job.Meta[contract.MetaKind] != contract.KindTrain {
 				t.Errorf("meta %v lacks gpujob = train", job.Meta)
 			}
 			for k, v := range tr.Meta {
@@ -100,8 +101,8 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 			if len(g.Networks) != 1 || len(g.Networks[0].DynamicPorts) != 1 || g.Networks[0].DynamicPorts[0].Label != render.Port {
 				t.Errorf("networks %+v", g.Networks)
 			}
-			if job.Meta[render.MetaTask] != render.Task {
-				t.Errorf("meta %s = %q, want %q", render.MetaTask, job.Meta[render.MetaTask], render.Task)
+			if job.Meta[contract.MetaTask] != render.Task {
+				t.Errorf("meta %s = %q, want %q", contract.MetaTask, job.Meta[contract.MetaTask], render.Task)
 			}
 			// task is the member task (its resources, GPUs and artifacts);
 			// gpujob the one the gpujob driver runs: the same task on the
@@ -113,15 +114,15 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 				gpujob = findTask(g, render.Sidecar)
 				checkSidecar(t, gpujob)
 				checkContainer(t, tr, task)
-				if run, ok := job.Meta[render.MetaRun]; !ok || run != "" {
-					t.Errorf("meta %s = %q (set: %v), want it empty for gpujob submit to set", render.MetaRun, run, ok)
+				if run, ok := job.Meta[contract.MetaRun]; !ok || run != "" {
+					t.Errorf("meta %s = %q (set: %v), want it empty for gpujob submit to set", contract.MetaRun, run, ok)
 				}
 			} else {
 				if task.Driver != render.Driver {
 					t.Errorf("driver %s", task.Driver)
 				}
-				if _, ok := job.Meta[render.MetaRun]; ok {
-					t.Errorf("a host job has meta %s", render.MetaRun)
+				if _, ok := job.Meta[contract.MetaRun]; ok {
+					t.Errorf("a host job has meta %s", contract.MetaRun)
 				}
 			}
 			if len(g.Tasks) != wantTasks {
@@ -134,7 +135,7 @@ func TestDriverDecodesRenderedConfig(t *testing.T) {
 			if tc.Command != tr.Command || !reflect.DeepEqual(tc.Args, tr.Args) || tc.Workdir != tr.Workdir || tc.MaxRestarts != tr.MaxFailures {
 				t.Errorf("config %+v", tc)
 			}
-			if tr.Image != "" && (tc.ContainerTask != render.Task || tc.CheckpointRoot != render.DefaultCheckpointRoot || tc.NProcPerNode != max(tr.GPUsPerWorker, 1)) {
+			if tr.Image != "" && (tc.ContainerTask != render.Task || tc.CheckpointRoot != contract.DefaultCheckpointRoot || tc.NProcPerNode != max(tr.GPUsPerWorker, 1)) {
 				t.Errorf("sidecar config: container_task %q, checkpoint_root %q, nproc_per_node %d", tc.ContainerTask, tc.CheckpointRoot, tc.NProcPerNode)
 			}
 			if tr.Image == "" && (tc.ContainerTask != "" || tc.CheckpointRoot != "" || tc.NProcPerNode != 0) {

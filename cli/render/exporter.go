@@ -7,14 +7,14 @@ import (
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
 )
 
 // The exporter's job.
 const (
-	MetaKindExporter = "exporter"
-	ExporterJob      = "gpujob-exporter"
-	ExporterGroup    = "exporter"
+	ExporterJob   = "gpujob-exporter"
+	ExporterGroup = "exporter"
 	// ExporterTask is short: its Task API socket,
 	// <data_dir>/alloc/<alloc ID>/<task>/secrets/api.sock, must fit the
 	// 107 bytes of a unix socket's path, and Nomad skips it otherwise.
@@ -82,7 +82,7 @@ func ExporterJobspec(e Exporter) ([]byte, error) {
 	}
 	f, job := helperJob("# Rendered by `gpujob exporter render`: the gpujob Prometheus exporters, one per node.\n",
 		ExporterJob, "system", e.Datacenters, e.Namespace, e.NodePool)
-	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindExporter}))
+	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{contract.MetaKind: contract.KindExporter}))
 	job.AppendNewline()
 
 	group := job.AppendNewBlock("group", []string{ExporterGroup}).Body()

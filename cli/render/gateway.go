@@ -7,14 +7,14 @@ import (
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
 )
 
 // The gateway's job.
 const (
-	MetaKindGateway = "gateway"
-	GatewayJob      = "gpujob-gateway"
-	GatewayGroup    = "gateway"
+	GatewayJob   = "gpujob-gateway"
+	GatewayGroup = "gateway"
 	// GatewayTask is short: its Task API socket,
 	// <data_dir>/alloc/<alloc ID>/<task>/secrets/api.sock, must fit the
 	// 107 bytes of a unix socket's path.
@@ -114,7 +114,7 @@ func GatewayJobspec(g Gateway) ([]byte, error) {
 	}
 	f, job := helperJob("# Rendered by `gpujob gateway render`: the gpujob gateways.\n",
 		GatewayJob, "service", g.Datacenters, g.Namespace, g.NodePool)
-	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{MetaKind: MetaKindGateway}))
+	job.SetAttributeValue("meta", ctyval.StringMap(map[string]string{contract.MetaKind: contract.KindGateway}))
 	job.AppendNewline()
 
 	group := job.AppendNewBlock("group", []string{GatewayGroup}).Body()

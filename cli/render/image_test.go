@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // node is a rendered block: its attributes' expressions as written, and
@@ -253,7 +254,7 @@ func TestImageJobspecVariants(t *testing.T) {
 
 func TestCheckpointRoot(t *testing.T) {
 	for root, want := range map[string]string{
-		"":                      render.DefaultCheckpointRoot,
+		"":                      contract.DefaultCheckpointRoot,
 		"/srv/ckpt/":            "/srv/ckpt",
 		"/srv//a/../ckpt":       "/srv/ckpt",
 		"/with space/ünïcode":   "/with space/ünïcode",

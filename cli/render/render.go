@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/containermember"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
 	"github.com/gpujob/gpujob/internal/safename"
 )
@@ -39,7 +40,7 @@ const (
 	// Port is the label of the group's rendezvous port (MASTER_PORT).
 	Port = "rdzv"
 	// Device is the device every GPU job asks for.
-	Device = "nvidia/gpu"
+	Device = contract.GPUDevice
 
 	// Sidecar is an image job's second task: a prestart sidecar on the
 	// gpujob driver that prepares the container member (its spec, the
@@ -47,25 +48,6 @@ const (
 	// The member task Task runs on DockerDriver.
 	Sidecar      = "gpujob"
 	DockerDriver = "docker"
-
-	// MetaKind marks the job as gpujob's (`gpujob list` filters on it);
-	// MetaWorkers and MetaGPUsPerWorker record the spec's shape; MetaTask
-	// names the member task (Task). MetaRun, an image job's only, is
-	// empty in the rendered file: `gpujob submit` sets it to the
-	// submission's run, and the container mounts the run's checkpoint
-	// directory through ${NOMAD_META_gpujob_run}.
-	MetaKind          = "gpujob"
-	MetaKindTrain     = "train"
-	MetaWorkers       = "gpujob_workers"
-	MetaGPUsPerWorker = "gpujob_gpus_per_worker"
-	MetaTask          = "gpujob_task"
-	MetaRun           = "gpujob_run"
-	// MetaSweep and MetaTrial name the sweep and trial of a trial's job.
-	MetaSweep = "gpujob_sweep"
-	MetaTrial = "gpujob_trial"
-
-	// DefaultCheckpointRoot is the gpujob driver's default checkpoint_root.
-	DefaultCheckpointRoot = "/var/lib/gpujob/checkpoints"
 )
 
 const header = "# Rendered by `gpujob render` from a train spec: edit the spec, not this file.\n"
@@ -73,7 +55,7 @@ const header = "# Rendered by `gpujob render` from a train spec: edit the spec, 
 // Options are the settings of a render that do not come from the spec.
 type Options struct {
 	// CheckpointRoot is the gpujob driver's checkpoint_root on the clients
-	// (an absolute path; empty: DefaultCheckpointRoot). An image job mounts
+	// (an absolute path; empty: contract.DefaultCheckpointRoot). An image job mounts
 	// its checkpoint directory from under it into the container, at the
 	// same path, and its sidecar names it, so that a client whose driver
 	// keeps checkpoints elsewhere refuses the job instead of training
@@ -129,18 +111,18 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	for k, v := range t.Meta {
 		meta[k] = v
 	}
-	meta[MetaKind] = MetaKindTrain
-	meta[MetaWorkers] = strconv.Itoa(t.Workers)
-	meta[MetaGPUsPerWorker] = strconv.Itoa(t.GPUsPerWorker)
-	meta[MetaTask] = Task
+	meta[contract.MetaKind] = contract.KindTrain
+	meta[contract.MetaWorkers] = strconv.Itoa(t.Workers)
+	meta[contract.MetaGPUsPerWorker] = strconv.Itoa(t.GPUsPerWorker)
+	meta[contract.MetaTask] = Task
 	if t.Image != "" {
-		meta[MetaRun] = ""
+		meta[contract.MetaRun] = ""
 	}
 	if (o.Sweep == "") != (o.Trial == "") {
 		return nil, fmt.Errorf("render: a trial needs both its sweep and its trial name (got %q and %q)", o.Sweep, o.Trial)
 	}
 	if o.Sweep != "" {
-		meta[MetaSweep], meta[MetaTrial] = o.Sweep, o.Trial
+		meta[contract.MetaSweep], meta[contract.MetaTrial] = o.Sweep, o.Trial
 	}
 	job.SetAttributeValue("meta", ctyval.StringMap(meta))
 	job.AppendNewline()
@@ -198,10 +180,10 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 }
 
 // CheckpointRoot checks a checkpoint root for Options and returns it
-// cleaned, or DefaultCheckpointRoot for "".
+// cleaned, or contract.DefaultCheckpointRoot for "".
 func CheckpointRoot(root string) (string, error) {
 	if root == "" {
-		return DefaultCheckpointRoot, nil
+		return contract.DefaultCheckpointRoot, nil
 	}
 	switch {
 	case !path.IsAbs(root):
@@ -337,7 +319,7 @@ func dockerConfig(task *hclwrite.Body, t *spec.Train, root string) {
 	// name is always its own encoding, and so is every job ID gpujob
 	// renders.
 	config.AppendNewline()
-	ckpt := quoted(literal(root+"/"), interp("NOMAD_NAMESPACE"), literal("/"), interp("NOMAD_JOB_ID"), literal("/"), interp("NOMAD_META_"+MetaRun))
+	ckpt := quoted(literal(root+"/"), interp("NOMAD_NAMESPACE"), literal("/"), interp("NOMAD_JOB_ID"), literal("/"), interp("NOMAD_META_"+contract.MetaRun))
 	mnt := config.AppendNewBlock("mount", nil).Body()
 	mnt.SetAttributeValue("type", cty.StringVal("bind"))
 	mnt.SetAttributeRaw("source", ckpt)

@@ -10,14 +10,12 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
 )
 
 // A service's job.
 const (
-	MetaKindService = "service"
-	// MetaVersion is the version the job's replicas serve.
-	MetaVersion = "gpujob_version"
 	// ServiceGroup and ServiceTask name the replicas' group and task;
 	// ServicePort labels the port each replica's server listens on
 	// ($PORT).
@@ -25,7 +23,7 @@ const (
 	ServiceTask  = "serve"
 	ServicePort  = "http"
 	// EnvVersion carries the version to the server, which answers with it.
-	EnvVersion = "GPUJOB_SERVICE_VERSION"
+	EnvVersion = contract.EnvServiceVersion
 	// Consul tags: every replica's, the namespace's (the gateway's health
 	// query filters on it; Consul OSS has no namespaces of its own), the
 	// version's, and the one a canary of an unpromoted deployment adds.
@@ -89,9 +87,9 @@ func (o ServiceOptions) ServiceJobspec(s *spec.Service) ([]byte, error) {
 	for k, v := range s.Meta {
 		meta[k] = v
 	}
-	meta[MetaKind] = MetaKindService
-	meta[MetaVersion] = s.Version
-	meta[MetaTask] = ServiceTask
+	meta[contract.MetaKind] = contract.KindService
+	meta[contract.MetaVersion] = s.Version
+	meta[contract.MetaTask] = ServiceTask
 	job.SetAttributeValue("meta", ctyval.StringMap(meta))
 	job.AppendNewline()
 
@@ -196,8 +194,8 @@ func service(task *hclwrite.Body, s *spec.Service, ns string) {
 	svc.AppendNewline()
 	// Nomad reads a service's meta as a block only.
 	meta := svc.AppendNewBlock("meta", nil).Body()
-	meta.SetAttributeValue("gpujob_namespace", cty.StringVal(ns))
-	meta.SetAttributeValue("gpujob_version", cty.StringVal(s.Version))
+	meta.SetAttributeValue(contract.MetaNamespace, cty.StringVal(ns))
+	meta.SetAttributeValue(contract.MetaVersion, cty.StringVal(s.Version))
 	svc.AppendNewline()
 	h := s.Health
 	check := svc.AppendNewBlock("check", nil).Body()

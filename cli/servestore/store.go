@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
 
+	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -26,6 +28,29 @@ type Store struct {
 	Prefix string
 	// Addr names Consul in errors (CONSUL_HTTP_ADDR); optional.
 	Addr string
+}
+
+// KeyPrefix is where services live in Consul KV: $GPUJOB_SERVICE_KEY_PREFIX,
+// else servekv.DefaultPrefix.
+func KeyPrefix() string {
+	if p := os.Getenv(EnvKeyPrefix); p != "" {
+		return strings.TrimSuffix(p, "/")
+	}
+	return servekv.DefaultPrefix
+}
+
+// Open is the services' records in the factory's Consul, at KeyPrefix.
+func Open(f *factory.Factory) (Store, error) {
+	c, err := f.Consul()
+	if err != nil {
+		return Store{}, fmt.Errorf("services' records: %w", err)
+	}
+	s := New(c, KeyPrefix())
+	s.Addr = os.Getenv("CONSUL_HTTP_ADDR")
+	if s.Addr == "" {
+		s.Addr = "127.0.0.1:8500"
+	}
+	return s, nil
 }
 
 // New is a Store at prefix ("" is servekv.DefaultPrefix).

@@ -18,6 +18,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/pylaunch"
 	"github.com/gpujob/gpujob/internal/safename"
 )
@@ -92,7 +93,7 @@ var authSchema = &hcl.BodySchema{
 
 // reservedMeta are meta keys gpujob sets on a job (gpujob_run: `gpujob
 // submit`, per submission); a spec may set no key gpujob or gpujob_*.
-var reservedMeta = []string{"gpujob", "gpujob_workers", "gpujob_gpus_per_worker", "gpujob_task", "gpujob_run"}
+var reservedMeta = contract.ReservedMeta
 
 var (
 	validNamespace = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
@@ -692,7 +693,7 @@ func (d *decoder) imagePull(b *hcl.Block) *ImagePull {
 
 // EnvCheckpointEvery is the environment variable that carries
 // checkpoint { every } to the training script.
-const EnvCheckpointEvery = "GPUJOB_CHECKPOINT_EVERY"
+const EnvCheckpointEvery = contract.EnvCheckpointEvery
 
 func (d *decoder) artifact(b *hcl.Block, i int) Artifact {
 	prefix := "artifact[" + strconv.Itoa(i) + "]."

@@ -10,9 +10,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
-	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 )
 
@@ -63,7 +63,7 @@ func (l *Launcher) same(jobID string) error {
 	if err != nil {
 		return err
 	}
-	if run := job.Meta[render.MetaRun]; run != l.Run {
+	if run := job.Meta[contract.MetaRun]; run != l.Run {
 		return fmt.Errorf("%w: a job %s from another submission of sweep %s exists (run %q, this one is %q): purge it (nomad job stop -purge %s)",
 			controller.ErrRefused, jobID, l.Sweep, run, l.Run, jobID)
 	}

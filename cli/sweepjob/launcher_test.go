@@ -9,14 +9,14 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/nomadapi"
-	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 )
 
 func template() *api.Job {
 	id := "toy"
-	return &api.Job{ID: &id, Name: &id, Meta: map[string]string{render.MetaTrial: trialToken},
+	return &api.Job{ID: &id, Name: &id, Meta: map[string]string{contract.MetaTrial: trialToken},
 		TaskGroups: []*api.TaskGroup{{Tasks: []*api.Task{{Name: "train", Config: map[string]any{
 			"args": []any{"--lr", paramToken("lr")}, "trial": trialToken}}}}}}
 }
@@ -34,7 +34,7 @@ func TestLaunchIsCreateOnly(t *testing.T) {
 		t.Fatalf("registered %d times, want once", len(f.Registered))
 	}
 	job := f.Registered[0]
-	if *job.ID != "toy-trial-001" || job.Meta[render.MetaRun] != "100" || job.Meta[render.MetaTrial] != "trial-001" {
+	if *job.ID != "toy-trial-001" || job.Meta[contract.MetaRun] != "100" || job.Meta[contract.MetaTrial] != "trial-001" {
 		t.Errorf("job %s meta %v", *job.ID, job.Meta)
 	}
 	if args := job.TaskGroups[0].Tasks[0].Config["args"].([]any); args[1] != "0.5" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/stopping"
@@ -181,7 +182,7 @@ func VerifyTemplate(template *api.Job, ns, sweep string) error {
 	}
 	meta := template.Meta
 	for _, m := range []struct{ key, want string }{
-		{render.MetaKind, render.MetaKindTrain}, {render.MetaSweep, sweep}, {render.MetaTrial, trialToken},
+		{contract.MetaKind, contract.KindTrain}, {contract.MetaSweep, sweep}, {contract.MetaTrial, trialToken},
 	} {
 		if got, ok := meta[m.key]; !ok || got != m.want {
 			return fmt.Errorf("the trial template is not sweep %s's: its job meta %s is %q, want %q", sweep, m.key, got, m.want)

@@ -8,13 +8,14 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 )
 
 func trialTemplate(sweep string) *api.Job {
 	batch := "batch"
 	return &api.Job{Type: &batch,
-		Meta: map[string]string{render.MetaKind: render.MetaKindTrain, render.MetaSweep: sweep, render.MetaTrial: trialToken},
+		Meta: map[string]string{contract.MetaKind: contract.KindTrain, contract.MetaSweep: sweep, contract.MetaTrial: trialToken},
 		TaskGroups: []*api.TaskGroup{{Tasks: []*api.Task{{Name: "train", Driver: render.Driver,
 			Config: map[string]any{"command": "/usr/bin/python3", "sweep": sweep, "trial": trialToken}}}}}}
 }
@@ -54,7 +55,7 @@ func TestVerifyRecord(t *testing.T) {
 		{"no template", func(r *Record) { r.Template = nil }, "the record has no trial template"},
 		{"another sweep's template", func(r *Record) { r.Template = trialTemplate("x") },
 			`the trial template is not sweep lr's: its job meta gpujob_sweep is "x", want "lr"`},
-		{"a template without the mark", func(r *Record) { delete(r.Template.Meta, render.MetaSweep) }, `its job meta gpujob_sweep is ""`},
+		{"a template without the mark", func(r *Record) { delete(r.Template.Meta, contract.MetaSweep) }, `its job meta gpujob_sweep is ""`},
 		{"a plain job for a template", func(r *Record) { r.Template.Meta = map[string]string{"owner": "mallory"} }, "its job meta gpujob is"},
 		{"a template of another namespace", func(r *Record) { r.Template.Namespace = &other }, `the trial template is for namespace "team-a"`},
 		{"a service for a template", func(r *Record) { r.Template.Type = &svc }, "the trial template is a service job"},

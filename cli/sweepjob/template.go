@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 )
@@ -86,7 +87,7 @@ func TrialHCL(sw *spec.Sweep, ro render.Options, index int, a search.Assignment)
 
 // TrialJob makes trial's job from the parsed template: every stand-in
 // replaced by the trial's value, the job named after the trial, stamped
-// with the sweep's run (render.MetaRun) so that its checkpoint directory
+// with the sweep's run (contract.MetaRun) so that its checkpoint directory
 // is this submission's: a purged sweep submitted again under the same
 // name starts its trials afresh, while a trial whose allocation is
 // replaced resumes from its own checkpoints.
@@ -123,7 +124,7 @@ func TrialJob(template *api.Job, trial controller.Trial, run string) (*api.Job, 
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta[render.MetaRun] = run
+	job.Meta[contract.MetaRun] = run
 	return &job, nil
 }
 

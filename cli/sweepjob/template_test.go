@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 )
@@ -135,7 +136,7 @@ func TestTrialJobEqualsTheTrialRenderedDirectly(t *testing.T) {
 				t.Errorf("trial %d config %s = %s, want %s", i, k, g, w)
 			}
 		}
-		if got.Meta[render.MetaTrial] != trial.ID || got.Meta[render.MetaSweep] != "toy" || got.Meta[render.MetaRun] != "1764662400" {
+		if got.Meta[contract.MetaTrial] != trial.ID || got.Meta[contract.MetaSweep] != "toy" || got.Meta[contract.MetaRun] != "1764662400" {
 			t.Errorf("meta %v", got.Meta)
 		}
 	}

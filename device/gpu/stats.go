@@ -10,27 +10,28 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/gpujob/gpujob/device/nvml"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Stat names. Those nomad-device-nvidia also reports keep its names, so
 // dashboards built on `nomad node status -stats` keep working.
 const (
-	StatGPUUtil        = "GPU utilization"
-	StatMemUtil        = "Memory utilization"
-	StatEncoderUtil    = "Encoder utilization"
-	StatDecoderUtil    = "Decoder utilization"
-	StatTemperature    = "Temperature"
-	StatMemory         = "Memory state"
-	StatBAR1           = "BAR1 buffer state"
-	StatPower          = "Power usage"
-	StatSMClock        = "SM clock"
-	StatECCCorrected   = "ECC corrected errors"
-	StatECCUncorrected = "ECC uncorrected errors"
-	StatThrottle       = "Throttle reasons"
+	StatGPUUtil        = contract.StatGPUUtil
+	StatMemUtil        = contract.StatMemUtil
+	StatEncoderUtil    = contract.StatEncoderUtil
+	StatDecoderUtil    = contract.StatDecoderUtil
+	StatTemperature    = contract.StatTemperature
+	StatMemory         = contract.StatMemory
+	StatBAR1           = contract.StatBAR1
+	StatPower          = contract.StatPower
+	StatSMClock        = contract.StatSMClock
+	StatECCCorrected   = contract.StatECCCorrected
+	StatECCUncorrected = contract.StatECCUncorrected
+	StatThrottle       = contract.StatThrottle
 	// Xid events seen since the plugin started, and the last one's number
 	// (0: none); the plugin counts them, NVML keeps no count.
-	StatXidCount = "Xid errors"
-	StatXidLast  = "Last Xid"
+	StatXidCount = contract.StatXidCount
+	StatXidLast  = contract.StatXidLast
 )
 
 const notAvailable = "N/A"

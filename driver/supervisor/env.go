@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Placement is where one member stands in a complete round.
@@ -32,10 +34,10 @@ var roundVariables = []string{
 	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
 	"ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-	"GPUJOB_RANK", "GPUJOB_LOCAL_RANK", "GPUJOB_WORLD_SIZE", "GPUJOB_LOCAL_WORLD_SIZE",
-	"GPUJOB_NODE_RANK", "GPUJOB_NNODES", "GPUJOB_MASTER_ADDR", "GPUJOB_MASTER_PORT",
-	"GPUJOB_RESTART_COUNT", "GPUJOB_MAX_RESTARTS", "GPUJOB_RUN_ID", "GPUJOB_GENERATION",
-	"GPUJOB_CHECKPOINT_DIR",
+	contract.EnvRank, contract.EnvLocalRank, contract.EnvWorldSize, contract.EnvLocalWorldSize,
+	contract.EnvNodeRank, contract.EnvNNodes, contract.EnvMasterAddr, contract.EnvMasterPort,
+	contract.EnvRestartCount, contract.EnvMaxRestarts, contract.EnvRunID, contract.EnvGeneration,
+	contract.EnvCheckpointDir,
 }
 
 // WorkerEnv is the environment of local worker localRank: the agent's
@@ -96,22 +98,22 @@ func WorkerEnv(base []string, s *Spec, p Placement, localRank int) []string {
 		env[k] = v
 	}
 	gpujob := map[string]string{
-		"RANK":             itoa(rank),
-		"LOCAL_RANK":       itoa(localRank),
-		"WORLD_SIZE":       itoa(p.WorldSize),
-		"LOCAL_WORLD_SIZE": itoa(s.NProcPerNode),
-		"NODE_RANK":        itoa(p.NodeRank),
-		"NNODES":           itoa(p.NNodes),
-		"MASTER_ADDR":      host,
-		"MASTER_PORT":      port,
-		"RESTART_COUNT":    itoa(p.Restarts),
-		"MAX_RESTARTS":     itoa(s.MaxRestarts),
-		"RUN_ID":           s.RunID,
-		"GENERATION":       itoa(p.Round),
-		"CHECKPOINT_DIR":   s.CheckpointDir,
+		contract.EnvRank:           itoa(rank),
+		contract.EnvLocalRank:      itoa(localRank),
+		contract.EnvWorldSize:      itoa(p.WorldSize),
+		contract.EnvLocalWorldSize: itoa(s.NProcPerNode),
+		contract.EnvNodeRank:       itoa(p.NodeRank),
+		contract.EnvNNodes:         itoa(p.NNodes),
+		contract.EnvMasterAddr:     host,
+		contract.EnvMasterPort:     port,
+		contract.EnvRestartCount:   itoa(p.Restarts),
+		contract.EnvMaxRestarts:    itoa(s.MaxRestarts),
+		contract.EnvRunID:          s.RunID,
+		contract.EnvGeneration:     itoa(p.Round),
+		contract.EnvCheckpointDir:  s.CheckpointDir,
 	}
 	for k, v := range gpujob {
-		env["GPUJOB_"+k] = v
+		env[k] = v
 	}
 	// Several processes on one node would each start a thread per core and
 	// oversubscribe it; torchrun sets 1 for the same reason.

@@ -3,6 +3,8 @@ package servekv
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // The meta of a service's Nomad job through which the job claims its route:
@@ -13,9 +15,9 @@ import (
 // Nomad, where only the namespace's submitters may write it, claims the
 // route back.
 const (
-	JobMetaKind    = "gpujob"
-	JobKindService = "service"
-	JobMetaRoute   = "gpujob_route"
+	JobMetaKind    = contract.MetaKind
+	JobKindService = contract.KindService
+	JobMetaRoute   = contract.MetaRoute
 )
 
 // JobRoute checks that the Nomad job jobID in namespace jobNS (its meta)

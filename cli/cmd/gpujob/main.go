@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/command/root"
-	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/iostreams"
 )
@@ -27,7 +27,7 @@ func main() {
 		return
 	}
 	fmt.Fprintln(os.Stderr, "gpujob:", err)
-	var exit *submit.ExitError
+	var exit *cmdutil.ExitError
 	if errors.As(err, &exit) {
 		os.Exit(exit.Code)
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/sweep"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/cli/sweepjob"
 	policies "github.com/gpujob/gpujob/jobspecs/acl"
 )
 
@@ -27,6 +27,8 @@ another namespace's sweeps (whose trial templates that namespace's controller
 registers) or services (whose routes the gateways follow and the autoscaler
 scales). gpujob acl policy prints each policy, rendered for a namespace where it
 is one's.`,
+		Example: `  gpujob acl policy
+  gpujob acl policy nomad-submit --namespace team-a`,
 	}
 	cmd.AddCommand(newPolicyCmd(f))
 	return cmd
@@ -83,7 +85,7 @@ the prefixes the driver, the CLI and the gateways use.`,
 		},
 	}
 	cmd.Flags().BoolVar(&o.readOnly, "read-only", false, "render the namespace's keys read only (consul-sweeps, consul-services)")
-	cmd.Flags().StringVar(&o.sweepPrefix, "sweep-prefix", os.Getenv(sweep.EnvKeyPrefix), "the sweeps' Consul KV `prefix`")
+	cmd.Flags().StringVar(&o.sweepPrefix, "sweep-prefix", os.Getenv(sweepjob.EnvKeyPrefix), "the sweeps' Consul KV `prefix`")
 	cmd.Flags().StringVar(&o.servicePrefix, "service-prefix", os.Getenv(servestore.EnvKeyPrefix), "the services' Consul KV `prefix`")
 	return cmd
 }

@@ -19,9 +19,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/autoscale"
 	gw "github.com/gpujob/gpujob/internal/gateway"
 	"github.com/gpujob/gpujob/internal/servekv"
@@ -199,7 +199,7 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 	}
 	c := creds.consul
 	nomad := newNomadClients(creds.nomad)
-	prefix := service.KeyPrefix()
+	prefix := servestore.KeyPrefix()
 	var reporter *autoscale.Reporter
 	g, err := gw.New(gw.Config{
 		Consul: c, Nomad: nomad, Prefix: prefix, ID: o.id, Logf: logger.Printf,

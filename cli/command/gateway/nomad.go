@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/internal/autoscale"
 )

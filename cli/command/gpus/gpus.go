@@ -3,6 +3,7 @@
 package gpus
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -13,17 +14,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
-)
-
-// Stat names of the gpujob device plugin (those of nomad-device-nvidia).
-const (
-	StatGPUUtil     = gpujobs.StatGPUUtil
-	StatMemory      = gpujobs.StatMemory
-	StatTemperature = gpujobs.StatTemperature
-	StatPower       = gpujobs.StatPower
+	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Device attributes read from the fingerprint.
@@ -87,13 +82,18 @@ type Total struct {
 	Fake    int    `json:"fake"`
 }
 
-type options struct {
-	json bool
+// Options is what the command's flags ask for.
+type Options struct {
+	JSON bool
 }
 
 // NewCmd returns the gpus command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "gpus",
 		Short: "List the cluster's GPUs, their health and use, and who holds them",
@@ -108,6 +108,9 @@ that node).`,
   gpujob gpus --json | jq '.gpus[] | select(.holder == null and .healthy) | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
 			nomad, err := f.Nomad()
 			if err != nil {
 				return err
@@ -116,13 +119,13 @@ that node).`,
 			if err != nil {
 				return err
 			}
-			if o.json {
+			if o.JSON {
 				return gpujobs.PrintJSON(f.IO.Out, r)
 			}
 			return printReport(f.IO.Out, f.IO.ErrOut, r)
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
@@ -228,11 +231,10 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	holders := gpujobs.DeviceHolders(allocs)
+	holders := observe.DeviceHolders(observe.AllocStubs(allocs), nil)
 	for i := range gpus {
 		if h, ok := holders[gpus[i].ID]; ok {
-			a := h.Alloc
-			gpus[i].Holder = &Holder{AllocID: a.ID, AllocName: a.Name, JobID: a.JobID, Namespace: a.Namespace, Task: h.Task}
+			gpus[i].Holder = &Holder{AllocID: h.AllocID, AllocName: h.AllocName, JobID: h.JobID, Namespace: h.Namespace, Task: h.Task}
 		}
 	}
 
@@ -254,10 +256,10 @@ func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
 		}
 		at := ds.Stats.Attributes
 		g.stats = at
-		g.UtilizationPct, _ = gpujobs.StatNum(at[StatGPUUtil])
-		g.MemoryUsedMiB, g.MemoryTotalMiB = gpujobs.StatNum(at[StatMemory])
-		g.TemperatureC, _ = gpujobs.StatNum(at[StatTemperature])
-		g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[StatPower])
+		g.UtilizationPct, _ = gpujobs.StatNum(at[contract.StatGPUUtil])
+		g.MemoryUsedMiB, g.MemoryTotalMiB = gpujobs.StatNum(at[contract.StatMemory])
+		g.TemperatureC, _ = gpujobs.StatNum(at[contract.StatTemperature])
+		g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[contract.StatPower])
 	}
 	return gpus, warnings, nil
 }
@@ -299,10 +301,10 @@ func printReport(w, errw io.Writer, r *Report) error {
 			held = fmt.Sprintf("%s (%s)", g.Holder.AllocName, gpujobs.ShortID(g.Holder.AllocID))
 		}
 		t.Row(node, model, gpujobs.ShortUUID(g.ID), mem, health,
-			statText(g.stats, StatGPUUtil, g.UtilizationPct, nil, "%"),
-			statText(g.stats, StatMemory, g.MemoryUsedMiB, g.MemoryTotalMiB, " MiB"),
-			statText(g.stats, StatTemperature, g.TemperatureC, nil, " C"),
-			statText(g.stats, StatPower, g.PowerW, g.PowerLimitW, " W"),
+			statText(g.stats, contract.StatGPUUtil, g.UtilizationPct, nil, "%"),
+			statText(g.stats, contract.StatMemory, g.MemoryUsedMiB, g.MemoryTotalMiB, " MiB"),
+			statText(g.stats, contract.StatTemperature, g.TemperatureC, nil, " C"),
+			statText(g.stats, contract.StatPower, g.PowerW, g.PowerLimitW, " W"),
 			held)
 	}
 	if err := t.Flush(); err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
+	"github.com/gpujob/gpujob/cli/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 

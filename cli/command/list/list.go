@@ -2,6 +2,7 @@
 package list
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -10,9 +11,10 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Job is one row of `gpujob list --json` (a JSON array of these).
@@ -32,13 +34,18 @@ type Job struct {
 	Counts gpujobs.Counts `json:"counts"`
 }
 
-type options struct {
-	json bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	JSON bool
 }
 
 // NewCmd returns the list command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -50,6 +57,9 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
   gpujob list --json | jq -r '.[] | select(.state == "running") | .name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
 			nomad, err := f.Nomad()
 			if err != nil {
 				return err
@@ -58,7 +68,7 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
 			if err != nil {
 				return err
 			}
-			if o.json {
+			if o.JSON {
 				return gpujobs.PrintJSON(f.IO.Out, jobs)
 			}
 			if len(jobs) == 0 {
@@ -79,7 +89,7 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
 			return t.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
@@ -99,8 +109,8 @@ func Collect(nomad nomadapi.API) ([]Job, error) {
 			Name:          s.ID,
 			Namespace:     s.Namespace,
 			NomadStatus:   s.Status,
-			Workers:       gpujobs.MetaInt(s.Meta, gpujobs.MetaWorkers),
-			GPUsPerWorker: gpujobs.MetaInt(s.Meta, gpujobs.MetaGPUsPerWorker),
+			Workers:       gpujobs.MetaInt(s.Meta, contract.MetaWorkers),
+			GPUsPerWorker: gpujobs.MetaInt(s.Meta, contract.MetaGPUsPerWorker),
 		}
 		if s.SubmitTime > 0 {
 			j.Submitted = time.Unix(0, s.SubmitTime).UTC()

@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
+	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/cli/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 

@@ -14,20 +14,28 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
-type options struct {
-	rank   int
-	follow bool
-	stderr bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Job is the job ID (the argument).
+	Job    string
+	Rank   int
+	Follow bool
+	Stderr bool
 }
 
 // NewCmd returns the logs command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "logs JOB",
 		Short: "Show a training job's logs, prefixed by rank",
@@ -48,24 +56,28 @@ at once, whole lines at a time, including members that start later
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("rank") {
-				o.rank = -1
-			} else if o.rank < 0 {
-				return fmt.Errorf("--rank must be 0 or more, not %d", o.rank)
+				o.Rank = -1
+			} else if o.Rank < 0 {
+				return fmt.Errorf("--rank must be 0 or more, not %d", o.Rank)
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			return run(ctx, f, o, args[0])
+			o.Job = args[0]
+			if runF != nil {
+				return runF(ctx, o)
+			}
+			return run(ctx, f, o, o.Job)
 		},
 	}
-	cmd.Flags().IntVar(&o.rank, "rank", 0, "show only this global `rank`'s lines")
-	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep streaming new lines")
-	cmd.Flags().BoolVar(&o.stderr, "stderr", false, "show stderr instead of stdout")
+	cmd.Flags().IntVar(&o.Rank, "rank", 0, "show only this global `rank`'s lines")
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep streaming new lines")
+	cmd.Flags().BoolVar(&o.Stderr, "stderr", false, "show stderr instead of stdout")
 	return cmd
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options, jobID string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) error {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return err
@@ -85,19 +97,19 @@ func run(ctx context.Context, f *factory.Factory, o *options, jobID string) erro
 	}
 	members := gpujobs.SelectMembers(stubs, version, task)
 	stream := "stdout"
-	if o.stderr {
+	if o.Stderr {
 		stream = "stderr"
 	}
 	l := &logger{
-		nomad: nomad, task: task, stream: stream, rank: o.rank, version: version,
+		nomad: nomad, task: task, stream: stream, rank: o.Rank, version: version,
 		out: &lineWriter{w: f.IO.Out}, errOut: f.IO.ErrOut, job: *job.ID,
 	}
-	if o.rank >= 0 {
-		if err := l.checkRank(members, o.follow); err != nil {
+	if o.Rank >= 0 {
+		if err := l.checkRank(members, o.Follow); err != nil {
 			return err
 		}
 	}
-	if !o.follow {
+	if !o.Follow {
 		return l.dump(ctx, members)
 	}
 	index := uint64(0)
@@ -194,7 +206,7 @@ func (s *source) format(line string, resolve bool) (string, bool) {
 	case !p.Joined:
 		return "[" + s.stub.Name + "] " + line, s.l.rank < 0
 	case p.FirstRank == p.LastRank:
-		return "[rank " + strconv.Itoa(p.FirstRank) + "] " + line, s.l.rank < 0 || p.FirstRank == s.l.rank
+		return contract.RankLinePrefix + strconv.Itoa(p.FirstRank) + "] " + line, s.l.rank < 0 || p.FirstRank == s.l.rank
 	default:
 		// the member's supervisor speaking for all its ranks
 		return "[ranks " + p.RanksText() + "] " + line, s.l.rank < 0

@@ -3,27 +3,35 @@
 package render
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/spec"
 )
 
-type options struct {
-	vars           []string
-	varFiles       []string
-	output         string
-	checkpointRoot string
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Path is the spec file (the argument).
+	Path           string
+	Vars           []string
+	VarFiles       []string
+	Output         string
+	CheckpointRoot string
 }
 
 // NewCmd returns the render command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "render SPEC",
 		Short: "Print the Nomad jobspec a training spec renders to",
@@ -48,21 +56,25 @@ be kept in version control or fed to nomad job run.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(f, o, args[0])
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return run(f, o, o.Path)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
-	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "write the jobspec to `file` instead of standard output")
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "write the jobspec to `file` instead of standard output")
 	return cmd
 }
 
-func run(f *factory.Factory, o *options, path string) error {
-	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+func run(f *factory.Factory, o *Options, path string) error {
+	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return err
 	}
-	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return fmt.Errorf("%s: %s; nothing rendered", path, countErrors(diags.Errs()))
@@ -71,11 +83,11 @@ func run(f *factory.Factory, o *options, path string) error {
 	if err != nil {
 		return fmt.Errorf("rendering %s: %w", path, err)
 	}
-	if o.output == "" || o.output == "-" {
+	if o.Output == "" || o.Output == "-" {
 		_, err := f.IO.Out.Write(out)
 		return err
 	}
-	return writeFile(o.output, out)
+	return writeFile(o.Output, out)
 }
 
 // writeFile replaces path with data atomically (a rename), so a failed

@@ -44,10 +44,12 @@ Consul rendezvous, restarted together from its checkpoint.
 It talks to Nomad like the nomad CLI: NOMAD_ADDR, NOMAD_TOKEN,
 NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, NOMAD_CLIENT_CERT and
 NOMAD_CLIENT_KEY, or the flags below.`,
-		Example: `  gpujob validate jobspecs/examples/bert-finetune.hcl
-  gpujob submit jobspecs/examples/bert-finetune.hcl
-  gpujob status bert-finetune
-  gpujob logs bert-finetune --rank 1 -f
+		Example: `  gpujob train validate jobspecs/examples/bert-finetune.hcl
+  gpujob train submit jobspecs/examples/bert-finetune.hcl
+  gpujob train status bert-finetune
+  gpujob train logs bert-finetune --rank 1 -f
+  gpujob sweep submit jobspecs/examples/sweep-toy.hcl
+  gpujob service deploy jobspecs/examples/serve-cpu.hcl
   gpujob gpus`,
 		Version:       Version,
 		SilenceUsage:  true,
@@ -98,11 +100,43 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 			return "default"
 		}
 	}
-	for _, sub := range []func(*factory.Factory) *cobra.Command{
-		submit.NewCmd, render.NewCmd, validate.NewCmd, status.NewCmd, logs.NewCmd,
-		stop.NewCmd, list.NewCmd, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd, exporter.NewCmd,
-		top.NewCmd, acl.NewCmd,
-	} {
+	cmd.AddCommand(newTrainCmd(f))
+	// Today's top-level spellings of the train verbs stay: `gpujob submit`
+	// is `gpujob train submit`, built by the same constructor.
+	for _, sub := range append(trainVerbs, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd,
+		exporter.NewCmd, top.NewCmd, acl.NewCmd) {
+		c := sub(f)
+		explainDenied(c)
+		cmd.AddCommand(c)
+	}
+	return cmd
+}
+
+// trainVerbs are the verbs of `gpujob train`, each also a top-level
+// command of the same name.
+var trainVerbs = []func(*factory.Factory) *cobra.Command{
+	submit.NewCmd, status.NewCmd, logs.NewCmd, stop.NewCmd, list.NewCmd, render.NewCmd, validate.NewCmd,
+}
+
+// newTrainCmd is `gpujob train VERB`: the noun-verb spelling of the
+// training commands, like `gpujob sweep submit` and `gpujob service deploy`.
+func newTrainCmd(f *factory.Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train models: submit a train spec, follow it, read its logs, stop it",
+		Long: `A train spec names a command, the workers and the GPUs per worker; gpujob
+renders it into a Nomad job the gpujob driver runs as one distributed
+training group. Each verb is also a top-level command: gpujob train submit
+is gpujob submit.`,
+		Example: `  gpujob train validate jobspecs/examples/bert-finetune.hcl
+  gpujob train submit jobspecs/examples/bert-finetune.hcl
+  gpujob train status bert-finetune
+  gpujob train logs bert-finetune --rank 1 -f
+  gpujob train stop bert-finetune
+  gpujob train list`,
+		Args: cobra.NoArgs,
+	}
+	for _, sub := range trainVerbs {
 		c := sub(f)
 		explainDenied(c)
 		cmd.AddCommand(c)

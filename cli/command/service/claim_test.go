@@ -5,15 +5,16 @@ import (
 
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
 // The gateways and the autoscaler believe a route's job only when its meta
 // claims the route (servekv.JobRoute): the job deploy registers must.
 func TestADeployedJobClaimsItsRoute(t *testing.T) {
-	if servekv.JobMetaKind != render.MetaKind || servekv.JobKindService != render.MetaKindService || servekv.JobMetaRoute != MetaRoute {
+	if servekv.JobMetaKind != contract.MetaKind || servekv.JobKindService != contract.KindService || servekv.JobMetaRoute != MetaRoute {
 		t.Fatalf("servekv's job meta names (%s=%s, %s) are not the ones deploy writes (%s=%s, %s)",
-			servekv.JobMetaKind, servekv.JobKindService, servekv.JobMetaRoute, render.MetaKind, render.MetaKindService, MetaRoute)
+			servekv.JobMetaKind, servekv.JobKindService, servekv.JobMetaRoute, contract.MetaKind, contract.KindService, MetaRoute)
 	}
 	c := consulClient(t)
 	f := newFake()
@@ -41,23 +42,5 @@ func TestRouteOfCarriesTheBodyLimit(t *testing.T) {
 	s := &spec.Service{Name: "b", Route: spec.Route{Path: "/b", MaxBodyBytes: 2 << 20}}
 	if r := RouteOf(s, "default"); r.MaxBodyBytes != 2<<20 {
 		t.Errorf("route max_body_bytes %d, want 2 MiB", r.MaxBodyBytes)
-	}
-}
-
-func TestGatewayAdminAddr(t *testing.T) {
-	t.Setenv(EnvGatewayAdmin, "")
-	for _, c := range []struct{ flag, gw, want string }{
-		{"", "http://127.0.0.1:8080", "http://127.0.0.1:8081"},
-		{"", "http://gw.example.com:18080/", "http://gw.example.com:18081"},
-		{"http://127.0.0.1:9000/", "http://127.0.0.1:8080", "http://127.0.0.1:9000"},
-		{"", "http://gw.example.com", "http://gw.example.com"},
-	} {
-		if got := GatewayAdminAddr(c.flag, c.gw); got != c.want {
-			t.Errorf("GatewayAdminAddr(%q, %q) = %q, want %q", c.flag, c.gw, got, c.want)
-		}
-	}
-	t.Setenv(EnvGatewayAdmin, "http://10.0.0.5:8081")
-	if got := GatewayAdminAddr("", "http://127.0.0.1:8080"); got != "http://10.0.0.5:8081" {
-		t.Errorf("with $%s: %q", EnvGatewayAdmin, got)
 	}
 }

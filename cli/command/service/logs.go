@@ -12,10 +12,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 func newLogsCmd(f *factory.Factory) *cobra.Command {
@@ -65,7 +66,7 @@ func replicaLogs(ctx context.Context, nomad nomadapi.API, out io.Writer, name, a
 	labels := map[uint64]string{}
 	if vs, err := nomad.JobVersions(name); err == nil {
 		for _, v := range vs {
-			labels[deref(v.Version)] = v.Meta[render.MetaVersion]
+			labels[deref(v.Version)] = v.Meta[contract.MetaVersion]
 		}
 	}
 	var sel []*api.AllocationListStub

@@ -5,9 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/submit"
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 )
@@ -25,7 +25,7 @@ func newRenderCmd(f *factory.Factory) *cobra.Command {
 			s, files, diags := spec.LoadService(args[0], spec.Options{Vars: vars, VarFiles: varFiles})
 			if diags.HasErrors() {
 				fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
-				return &submit.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors", args[0])}
+				return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors", args[0])}
 			}
 			ro := render.ServiceOptions{Namespace: f.Namespace()}
 			if route {

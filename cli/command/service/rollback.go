@@ -7,9 +7,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/submit"
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 func newRollbackCmd(f *factory.Factory) *cobra.Command {
@@ -50,15 +52,15 @@ than the current one.`,
 				return err
 			}
 			// The route of the version it goes back to (its job meta).
-			store, err := Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}
-			if err := putRouteOf(ctx, store, target); err != nil {
+			if err := servicedeploy.PutRouteOf(ctx, store, target); err != nil {
 				fmt.Fprintf(f.IO.ErrOut, "gpujob: the gateway route stays as it was: %v\n", err)
 			}
 			fmt.Fprintf(f.IO.Out, "rolling %s back to %s (job version %d), evaluation %s\n",
-				args[0], target.Meta[render.MetaVersion], deref(target.Version), shortOr(reg.EvalID))
+				args[0], target.Meta[contract.MetaVersion], deref(target.Version), shortOr(reg.EvalID))
 			if detach {
 				return nil
 			}
@@ -66,14 +68,14 @@ than the current one.`,
 			if err != nil {
 				return err
 			}
-			d, err := watchDeployment(ctx, nomad, args[0], deref(cur.Version), progressTo(f.IO.Out, false))
+			d, err := servicedeploy.Watch(ctx, nomad, args[0], deref(cur.Version), progressTo(f.IO.Out, false))
 			if err != nil {
 				return err
 			}
 			if d != nil && d.Status != api.DeploymentStatusSuccessful {
-				return &submit.ExitError{Code: 1, Err: fmt.Errorf("rollback of %s %s: %s", args[0], d.Status, d.StatusDescription)}
+				return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("rollback of %s %s: %s", args[0], d.Status, d.StatusDescription)}
 			}
-			fmt.Fprintf(f.IO.Out, "%s serves %s again\n", args[0], target.Meta[render.MetaVersion])
+			fmt.Fprintf(f.IO.Out, "%s serves %s again\n", args[0], target.Meta[contract.MetaVersion])
 			return nil
 		},
 	}
@@ -102,9 +104,9 @@ func rollbackTarget(versions []*api.Job, to int64) (*api.Job, error) {
 		return nil, fmt.Errorf("no job version %d (Nomad keeps the last few)", to)
 	}
 	for _, v := range versions[1:] {
-		if deref(v.Stable) && v.Meta[render.MetaVersion] != cur.Meta[render.MetaVersion] {
+		if deref(v.Stable) && v.Meta[contract.MetaVersion] != cur.Meta[contract.MetaVersion] {
 			return v, nil
 		}
 	}
-	return nil, fmt.Errorf("no earlier stable version serves another version than %s; name one with --to-version", cur.Meta[render.MetaVersion])
+	return nil, fmt.Errorf("no earlier stable version serves another version than %s; name one with --to-version", cur.Meta[contract.MetaVersion])
 }

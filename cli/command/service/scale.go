@@ -6,9 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
 func newScaleCmd(f *factory.Factory) *cobra.Command {
@@ -34,7 +35,7 @@ away from it again as the load says.`,
 			if err != nil {
 				return err
 			}
-			g := group(job)
+			g := servicedeploy.Group(job)
 			if g == nil {
 				return fmt.Errorf("service %s has no %q group; was it deployed by gpujob?", args[0], render.ServiceGroup)
 			}

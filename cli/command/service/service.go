@@ -5,29 +5,17 @@ package service
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gatewayclient"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
-	"github.com/gpujob/gpujob/cli/render"
-	"github.com/gpujob/gpujob/cli/servestore"
-	"github.com/gpujob/gpujob/internal/servekv"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
+	"github.com/gpujob/gpujob/internal/contract"
 )
-
-// EnvGateway is the gateway's address, for the endpoint URL and the
-// traffic figures of `service status` (--gateway).
-const EnvGateway = "GPUJOB_GATEWAY_ADDR"
-
-// DefaultGateway is the gateway `make dev` starts.
-const DefaultGateway = "http://127.0.0.1:8080"
 
 // NewCmd returns the service command and its subcommands.
 func NewCmd(f *factory.Factory) *cobra.Command {
@@ -65,62 +53,8 @@ CONSUL_HTTP_TOKEN, ...); the gateway's address is $GPUJOB_GATEWAY_ADDR or
 	return cmd
 }
 
-// KeyPrefix is where services live in Consul KV: $GPUJOB_SERVICE_KEY_PREFIX,
-// else servekv.DefaultPrefix.
-func KeyPrefix() string {
-	if p := os.Getenv(servestore.EnvKeyPrefix); p != "" {
-		return strings.TrimSuffix(p, "/")
-	}
-	return servekv.DefaultPrefix
-}
-
-// Store is the services' records in the factory's Consul.
-func Store(f *factory.Factory) (servestore.Store, error) {
-	c, err := f.Consul()
-	if err != nil {
-		return servestore.Store{}, err
-	}
-	s := servestore.New(c, KeyPrefix())
-	s.Addr = firstOf(os.Getenv("CONSUL_HTTP_ADDR"), "127.0.0.1:8500")
-	return s, nil
-}
-
-// gatewayAddr is --gateway, else $GPUJOB_GATEWAY_ADDR, else DefaultGateway.
-func gatewayAddr(flag string) string {
-	return strings.TrimSuffix(firstOf(flag, os.Getenv(EnvGateway), DefaultGateway), "/")
-}
-
-// EnvGatewayAdmin is the gateway's admin address (its /metrics and
-// /-/stats; gpujob gateway run --admin-listen), for the traffic figures of
-// `service status` (--gateway-admin) and of `gpujob top`.
-const EnvGatewayAdmin = "GPUJOB_GATEWAY_ADMIN_ADDR"
-
-// EnvGatewayAdminToken is the bearer token of a gateway's admin listener
-// that asks for one.
-const EnvGatewayAdminToken = "GPUJOB_GATEWAY_ADMIN_TOKEN"
-
-// GatewayAdminAddr is the gateway's admin URL: flag, else
-// $GPUJOB_GATEWAY_ADMIN_ADDR, else the gateway's host on the port after
-// its own (where gpujob gateway render puts it; the admin listener is on
-// loopback by default, so that works on the gateway's node).
-func GatewayAdminAddr(flag, gateway string) string {
-	if a := firstOf(flag, os.Getenv(EnvGatewayAdmin)); a != "" {
-		return strings.TrimSuffix(a, "/")
-	}
-	u, err := url.Parse(gateway)
-	if err != nil || u.Port() == "" {
-		return gateway
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		return gateway
-	}
-	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port+1))
-	return strings.TrimSuffix(u.String(), "/")
-}
-
 func addGatewayFlag(cmd *cobra.Command, dst *string) {
-	cmd.Flags().StringVar(dst, "gateway", "", "the gpujob gateway's `URL` (default $"+EnvGateway+", else "+DefaultGateway+")")
+	cmd.Flags().StringVar(dst, "gateway", "", "the gpujob gateway's `URL` (default $"+gatewayclient.EnvGateway+", else "+gatewayclient.DefaultGateway+")")
 }
 
 // errNoService is loadService's answer when Nomad has no such job.
@@ -135,27 +69,15 @@ func loadService(nomad nomadapi.API, name string) (*api.Job, error) {
 	if job == nil {
 		return nil, fmt.Errorf("service %q %w in Nomad at %s", name, errNoService, nomad.Address())
 	}
-	if !IsService(job) {
+	if !servicedeploy.IsService(job) {
 		return nil, fmt.Errorf("job %q is not a gpujob service (its meta has no %s = %q); use `nomad job status %s`",
-			name, render.MetaKind, render.MetaKindService, name)
+			name, contract.MetaKind, contract.KindService, name)
 	}
 	return job, nil
 }
 
 // IsService reports whether job is a gpujob service's.
-func IsService(job *api.Job) bool {
-	return job != nil && job.Meta[render.MetaKind] == render.MetaKindService
-}
-
-// group is the job's replica group.
-func group(job *api.Job) *api.TaskGroup {
-	for _, g := range job.TaskGroups {
-		if g.Name != nil && *g.Name == render.ServiceGroup {
-			return g
-		}
-	}
-	return nil
-}
+func IsService(job *api.Job) bool { return servicedeploy.IsService(job) }
 
 func firstOf(vals ...string) string {
 	for _, v := range vals {

@@ -18,6 +18,8 @@ import (
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
@@ -79,7 +81,7 @@ func newFake() *nomadapi.Fake {
 		lo, hi := numberOnce(minRe, src), numberOnce(maxRe, src)
 		name := render.ServiceGroup
 		return &api.Job{ID: &id, Name: &id,
-			Meta: map[string]string{render.MetaKind: jobKindRe.FindStringSubmatch(src)[1], render.MetaVersion: versionRe.FindStringSubmatch(src)[1]},
+			Meta: map[string]string{contract.MetaKind: jobKindRe.FindStringSubmatch(src)[1], contract.MetaVersion: versionRe.FindStringSubmatch(src)[1]},
 			TaskGroups: []*api.TaskGroup{{Name: &name, Count: &count,
 				Scaling: &api.ScalingPolicy{Min: &lo, Max: &hi}}}}, nil
 	}
@@ -149,7 +151,7 @@ func TestDeployWritesTheRouteAndRegisters(t *testing.T) {
 	if !strings.Contains(out, "deployed dep v1 (job version 0): 2 replica(s)") || !strings.Contains(out, "gpujob service status dep") {
 		t.Errorf("output:\n%s", out)
 	}
-	r, err := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	r, err := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +174,8 @@ func TestDeployWritesTheRouteAndRegisters(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	job, _ := f.Job("dep")
-	if got := *job.TaskGroups[0].Count; got != 3 || job.Meta[render.MetaVersion] != "v2" {
-		t.Errorf("after the update: count %d version %s; want 3 and v2\n%s", got, job.Meta[render.MetaVersion], out)
+	if got := *job.TaskGroups[0].Count; got != 3 || job.Meta[contract.MetaVersion] != "v2" {
+		t.Errorf("after the update: count %d version %s; want 3 and v2\n%s", got, job.Meta[contract.MetaVersion], out)
 	}
 	if !strings.Contains(out, "updating dep v2") {
 		t.Errorf("output:\n%s", out)
@@ -184,7 +186,7 @@ func TestDeployRefusesAJobThatIsNoService(t *testing.T) {
 	c := consulClient(t)
 	f := newFake()
 	id, kind := "other", "train"
-	f.SetJob(&api.Job{ID: &id, Name: &id, Meta: map[string]string{render.MetaKind: kind}})
+	f.SetJob(&api.Job{ID: &id, Name: &id, Meta: map[string]string{contract.MetaKind: kind}})
 	out, err := execute(t, c, f, "deploy", "--detach", writeSpec(t, "other", "v1"))
 	if err == nil || !strings.Contains(err.Error(), "is not a gpujob service") {
 		t.Fatalf("err %v\n%s", err, out)
@@ -192,7 +194,7 @@ func TestDeployRefusesAJobThatIsNoService(t *testing.T) {
 	if len(f.Registered) != 0 {
 		t.Errorf("registered %d jobs", len(f.Registered))
 	}
-	if r, _ := (Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})); r.Consul != nil {
+	if r, _ := (servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})); r.Consul != nil {
 		if route, _ := r.Route(context.Background(), "default", "other"); route != nil {
 			t.Errorf("a route was written for a refused deploy: %+v", route)
 		}
@@ -247,7 +249,7 @@ func TestScaleStaysWithinTheBounds(t *testing.T) {
 
 func TestRollbackTarget(t *testing.T) {
 	job := func(v uint64, label string, stable bool) *api.Job {
-		return &api.Job{Version: &v, Stable: &stable, Meta: map[string]string{render.MetaVersion: label}}
+		return &api.Job{Version: &v, Stable: &stable, Meta: map[string]string{contract.MetaVersion: label}}
 	}
 	versions := []*api.Job{job(4, "v3", false), job(3, "v2", true), job(2, "v2", true), job(1, "v1", true)}
 	for _, c := range []struct {
@@ -282,7 +284,7 @@ func TestStopKeepsTokensUnlessPurged(t *testing.T) {
 	if out, err := execute(t, c, f, "deploy", "--detach", writeSpec(t, "st", "v1")); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	store, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	ctx := context.Background()
 	if _, _, err := store.CreateToken(ctx, "default", "st", "ci", nil, epoch); err != nil {
 		t.Fatal(err)
@@ -306,7 +308,7 @@ func TestStopKeepsTokensUnlessPurged(t *testing.T) {
 	if out, err := execute(t, c, f2, "stop", "--purge", "st"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	pairs, _, _ := c.KV().List(servekv.ServiceKey(KeyPrefix(), "default", "st")+"/", nil)
+	pairs, _, _ := c.KV().List(servekv.ServiceKey(servestore.KeyPrefix(), "default", "st")+"/", nil)
 	if len(pairs) != 0 {
 		t.Errorf("purge left %d keys", len(pairs))
 	}
@@ -363,7 +365,7 @@ func TestRollbackRestoresTheRoute(t *testing.T) {
 	if out, err := execute(t, c, f, "deploy", "--detach", p); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	store, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	if r, _ := store.Route(context.Background(), "default", "rb"); r == nil || r.RateLimit != nil {
 		t.Fatalf("v2's route: %+v", r)
 	}
@@ -389,7 +391,7 @@ func TestRollbackRestoresTheRoute(t *testing.T) {
 func TestStopRemovesAnOrphanRoute(t *testing.T) {
 	c := consulClient(t)
 	f := newFake()
-	store, _ := Store(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	store, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
 	if err := store.PutRoute(context.Background(), servekv.Route{Namespace: "default", Service: "orphan", PathPrefix: "/orphan", ConsulService: "orphan"}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,8 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,9 +13,13 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gatewayclient"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -40,8 +41,8 @@ requests per second, p50 and p99 latency, requests in flight and held.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			gw := gatewayAddr(gateway)
-			st, err := status(ctx, f, args[0], gw, GatewayAdminAddr(admin, gw))
+			gw := gatewayclient.Addr(gateway)
+			st, err := status(ctx, f, args[0], gw, gatewayclient.AdminAddr(admin, gw))
 			if err != nil {
 				return err
 			}
@@ -54,7 +55,7 @@ requests per second, p50 and p99 latency, requests in flight and held.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	addGatewayFlag(cmd, &gateway)
 	cmd.Flags().StringVar(&admin, "gateway-admin", "",
-		"the gateway's admin `URL`, for the traffic figures (default $"+EnvGatewayAdmin+", else the --gateway host on the port after its own)")
+		"the gateway's admin `URL`, for the traffic figures (default $"+gatewayclient.EnvGatewayAdmin+", else the --gateway host on the port after its own)")
 	return cmd
 }
 
@@ -126,16 +127,16 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 		return nil, err
 	}
 	ns := firstOf(deref(job.Namespace), f.Namespace())
-	st := &Status{Service: name, Namespace: ns, JobStatus: deref(job.Status), Version: job.Meta[render.MetaVersion],
+	st := &Status{Service: name, Namespace: ns, JobStatus: deref(job.Status), Version: job.Meta[contract.MetaVersion],
 		JobVersion: deref(job.Version), Endpoint: gateway}
-	g := group(job)
+	g := servicedeploy.Group(job)
 	if g != nil {
 		st.Desired = deref(g.Count)
 		if p := g.Scaling; p != nil {
 			st.Min, st.Max = int(deref(p.Min)), int(deref(p.Max))
 		}
 	}
-	store, err := Store(f)
+	store, err := servestore.Open(f)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 	labels := map[uint64]string{}
 	if vs, err := nomad.JobVersions(name); err == nil {
 		for _, v := range vs {
-			labels[deref(v.Version)] = v.Meta[render.MetaVersion]
+			labels[deref(v.Version)] = v.Meta[contract.MetaVersion]
 		}
 	}
 	stubs, _, err := nomad.JobAllocations(name, nil)
@@ -192,7 +193,7 @@ func status(ctx context.Context, f *factory.Factory, name, gateway, admin string
 
 	if d, _, err := nomad.LatestDeployment(name, nil); err == nil && d != nil {
 		v := &DeploymentView{ID: d.ID, JobVersion: d.JobVersion, Status: d.Status, Description: d.StatusDescription,
-			Line: DeploymentLine(d)}
+			Line: servicedeploy.DeploymentLine(d)}
 		if tg := d.TaskGroups[render.ServiceGroup]; tg != nil {
 			v.Canaries, v.Placed, v.Promoted = tg.DesiredCanaries, len(tg.PlacedCanaries), tg.Promoted
 			v.Healthy, v.Desired = tg.HealthyAllocs, tg.DesiredTotal
@@ -241,7 +242,7 @@ func consulHealth(ctx context.Context, c *consul.Client, service, tag string) (m
 func gatewayStats(ctx context.Context, admin, ns, name string) (*Traffic, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	all, err := GatewayStatsAt(ctx, admin)
+	all, err := gatewayclient.StatsAt(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
@@ -283,34 +284,4 @@ func printStatus(w io.Writer, st *Status) error {
 		t.Row(gpujobs.ShortID(r.Alloc), r.Name, r.Version, r.Status, r.Health, canary, r.Node, r.Address)
 	}
 	return t.Flush()
-}
-
-// GatewayStatsAt reads the /-/stats of the gateway whose admin listener is
-// at admin (GatewayAdminAddr), with $GPUJOB_GATEWAY_ADMIN_TOKEN when it is
-// set: every service's figures of the last minute.
-func GatewayStatsAt(ctx context.Context, admin string) (*servekv.GatewayStats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/-/stats", nil)
-	if err != nil {
-		return nil, err
-	}
-	if tok := os.Getenv(EnvGatewayAdminToken); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the gateway's admin listener at %s did not answer (set --gateway-admin or %s): %v", admin, EnvGatewayAdmin, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		hint := ""
-		if resp.StatusCode == http.StatusUnauthorized {
-			hint = " (set " + EnvGatewayAdminToken + " to its admin token)"
-		}
-		return nil, fmt.Errorf("the gateway's admin listener at %s answered %s to /-/stats%s", admin, resp.Status, hint)
-	}
-	var all servekv.GatewayStats
-	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
-		return nil, fmt.Errorf("the gateway's /-/stats: %w", err)
-	}
-	return &all, nil
 }

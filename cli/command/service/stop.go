@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/servestore"
 )
 
 func newStopCmd(f *factory.Factory) *cobra.Command {
@@ -27,7 +28,7 @@ them and the job's history.`,
 			if err != nil {
 				return err
 			}
-			store, err := Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}

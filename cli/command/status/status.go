@@ -13,11 +13,12 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // LogTailBytes is how much of the end of each member's stdout is scanned
@@ -77,13 +78,12 @@ type Status struct {
 	lossSteps [2]int
 }
 
-// UtilizationTargetPct is the mean GPU utilisation under which status warns:
-// the target the seeds' training runs meet.
-const UtilizationTargetPct = 80
+// UtilizationTargetPct is the mean GPU utilisation under which status warns.
+const UtilizationTargetPct = observe.LowUtilizationPct
 
 // LossSpreadBar is the spread of the ranks' latest losses over which status
-// warns that they disagree: the seeds' bar.
-const LossSpreadBar = 0.05
+// warns that they disagree.
+const LossSpreadBar = observe.LossSpreadBar
 
 // GPUUtil is one GPU of a running member and its utilisation.
 type GPUUtil struct {
@@ -127,13 +127,20 @@ type Member struct {
 	LogError string `json:"log_error,omitempty"`
 }
 
-type options struct {
-	json bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Job is the job ID (the argument).
+	Job  string
+	JSON bool
 }
 
 // NewCmd returns the status command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "status JOB",
 		Short: "Show a training job's members, ranks, restarts and loss",
@@ -161,10 +168,14 @@ job against the cluster's GPUs, in submit's words ("needs 4 × 1 nvidia/gpu;
   gpujob status bert-finetune --json | jq '.members[] | {name, ranks, state}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(ctxOf(cmd), f, o, args[0])
+			o.Job = args[0]
+			if runF != nil {
+				return runF(ctxOf(cmd), o)
+			}
+			return run(ctxOf(cmd), f, o, o.Job)
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
@@ -175,7 +186,7 @@ func ctxOf(cmd *cobra.Command) context.Context {
 	return context.Background()
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options, jobID string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) error {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return err
@@ -184,7 +195,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, jobID string) erro
 	if err != nil {
 		return err
 	}
-	if o.json {
+	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, st)
 	}
 	return printStatus(f.IO.Out, st)
@@ -205,8 +216,8 @@ func Collect(ctx context.Context, nomad nomadapi.API, jobID string) (*Status, er
 		Job:           *job.ID,
 		Namespace:     deref(job.Namespace),
 		NomadStatus:   deref(job.Status),
-		Workers:       gpujobs.MetaInt(job.Meta, gpujobs.MetaWorkers),
-		GPUsPerWorker: gpujobs.MetaInt(job.Meta, gpujobs.MetaGPUsPerWorker),
+		Workers:       gpujobs.MetaInt(job.Meta, contract.MetaWorkers),
+		GPUsPerWorker: gpujobs.MetaInt(job.Meta, contract.MetaGPUsPerWorker),
 		Members:       make([]Member, len(members)),
 	}
 	if job.Version != nil {
@@ -271,7 +282,7 @@ func unplaced(nomad nomadapi.API, job *api.Job, st *Status) error {
 	if st.Unplaced == 0 {
 		return nil
 	}
-	nodes, err := submit.ClusterGPUs(nomad)
+	nodes, err := observe.ClusterGPUs(nomad)
 	if err != nil {
 		return err
 	}
@@ -339,8 +350,7 @@ func utilization(nomad nomadapi.API, st *Status) {
 	}
 	wg.Wait()
 
-	var sum float64
-	known := 0
+	var pcts []*float64
 	for _, m := range st.Members {
 		n := nodes[m.NodeID]
 		if m.State != "running" || n == nil {
@@ -351,14 +361,12 @@ func utilization(nomad nomadapi.API, st *Status) {
 			if n.err == nil {
 				u.UtilizationPct = gpuUtil(n.stats, g.ID)
 			}
-			if u.UtilizationPct != nil {
-				sum += *u.UtilizationPct
-				known++
-			}
+			pcts = append(pcts, u.UtilizationPct)
 			st.GPUUtilization = append(st.GPUUtilization, u)
 		}
 	}
-	if known == 0 {
+	mean := observe.MeanUtilization(pcts)
+	if mean == nil {
 		var why []string
 		for _, id := range order {
 			n := nodes[id]
@@ -375,9 +383,8 @@ func utilization(nomad nomadapi.API, st *Status) {
 		st.GPUUtilizationNote = "GPU utilisation unknown: " + strings.Join(why, "; ")
 		return
 	}
-	mean := sum / float64(known)
-	st.GPUUtilizationPct = &mean
-	st.LowGPUUtilization = mean < UtilizationTargetPct
+	st.GPUUtilizationPct = mean
+	st.LowGPUUtilization = observe.LowUtilization(*mean)
 }
 
 // gpuUtil is a GPU's "GPU utilization" stat, nil when absent or "N/A". Device
@@ -387,44 +394,27 @@ func gpuUtil(hs *api.HostStats, id string) *float64 {
 	if ds == nil || ds.Stats == nil {
 		return nil
 	}
-	u, _ := gpujobs.StatNum(ds.Stats.Attributes[gpujobs.StatGPUUtil])
+	u, _ := gpujobs.StatNum(ds.Stats.Attributes[contract.StatGPUUtil])
 	return u
 }
 
 // lossSpread compares the latest loss of each rank, as read from the
-// members' logs: no attempt is made to find a step every rank logged (the
-// log tail may not hold one); instead a difference of steps is reported.
+// members' logs (observe.LossSpread).
 func lossSpread(st *Status) {
-	latest := map[int]gpujobs.Loss{}
+	var losses []observe.RankLoss
 	for _, m := range st.Members {
 		for _, l := range m.Losses {
-			if l.Rank < 0 {
-				continue // a line no rank can be told for
-			}
-			if old, ok := latest[l.Rank]; !ok || l.Step > old.Step {
-				latest[l.Rank] = l
-			}
+			losses = append(losses, observe.RankLoss{Rank: l.Rank, Step: l.Step, Loss: l.Loss})
 		}
 	}
-	if len(latest) < 2 {
+	sp, ok := observe.LossSpread(losses)
+	if !ok {
 		return
 	}
-	first := true
-	var lo, hi float64
-	var minStep, maxStep int
-	for _, l := range latest {
-		if first {
-			lo, hi, minStep, maxStep, first = l.Loss, l.Loss, l.Step, l.Step, false
-			continue
-		}
-		lo, hi = min(lo, l.Loss), max(hi, l.Loss)
-		minStep, maxStep = min(minStep, l.Step), max(maxStep, l.Step)
-	}
-	spread := hi - lo
-	st.LossSpread = &spread
-	st.LossStepsDiffer = minStep != maxStep
-	st.lossSteps = [2]int{minStep, maxStep}
-	st.LossSpreadHigh = spread > LossSpreadBar && !st.LossStepsDiffer
+	st.LossSpread = &sp.Spread
+	st.LossStepsDiffer = sp.StepsDiffer()
+	st.lossSteps = [2]int{sp.MinStep, sp.MaxStep}
+	st.LossSpreadHigh = sp.High()
 }
 
 func hasRank(m Member, r int) bool {

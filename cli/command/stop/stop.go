@@ -12,19 +12,26 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 
-type options struct {
-	purge  bool
-	detach bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Job is the job ID (the argument).
+	Job    string
+	Purge  bool
+	Detach bool
 }
 
 // NewCmd returns the stop command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "stop JOB",
 		Short: "Stop a training job",
@@ -43,15 +50,19 @@ the job is deregistered. Checkpoints are kept.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			return run(ctx, f, o, args[0])
+			o.Job = args[0]
+			if runF != nil {
+				return runF(ctx, o)
+			}
+			return run(ctx, f, o, o.Job)
 		},
 	}
-	cmd.Flags().BoolVar(&o.purge, "purge", false, "also remove the job from Nomad's state")
-	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is deregistered, without waiting")
+	cmd.Flags().BoolVar(&o.Purge, "purge", false, "also remove the job from Nomad's state")
+	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is deregistered, without waiting")
 	return cmd
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options, jobID string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) error {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return err
@@ -60,7 +71,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, jobID string) erro
 		return err
 	}
 	out := f.IO.Out
-	evalID, err := nomad.Deregister(jobID, o.purge)
+	evalID, err := nomad.Deregister(jobID, o.Purge)
 	if gpujobs.IsNotFound(err) {
 		return fmt.Errorf("job %q not found", jobID)
 	}
@@ -68,11 +79,11 @@ func run(ctx context.Context, f *factory.Factory, o *options, jobID string) erro
 		return err
 	}
 	verb := "stopped"
-	if o.purge {
+	if o.Purge {
 		verb = "stopped and purged"
 	}
 	fmt.Fprintf(out, "Job %s %s (evaluation %s).\n", jobID, verb, gpujobs.ShortID(evalID))
-	if o.detach {
+	if o.Detach {
 		fmt.Fprintf(out, "Not waiting for its allocations (--detach): gpujob status %s\n", jobID)
 		return nil
 	}

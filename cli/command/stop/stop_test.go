@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
+	"github.com/gpujob/gpujob/cli/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 )
 

@@ -10,15 +10,17 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // Exit codes beyond 0 (the job succeeded) and 1 (it failed, or bad input).
@@ -27,27 +29,28 @@ const (
 	ExitNotPlaced = 2
 )
 
-// ExitError carries an exit code to main.
-type ExitError struct {
-	Code int
-	Err  error
-}
+// ExitError carries an exit code to main (cmdutil.ExitError).
+type ExitError = cmdutil.ExitError
 
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
-
-type options struct {
-	vars           []string
-	varFiles       []string
-	checkpointRoot string
-	noQueue        bool
-	detach         bool
-	logs           bool
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Path is the spec file (the argument).
+	Path           string
+	Vars           []string
+	VarFiles       []string
+	CheckpointRoot string
+	NoQueue        bool
+	Detach         bool
+	Logs           bool
 }
 
 // NewCmd returns the submit command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "submit SPEC",
 		Short: "Submit a training spec to Nomad and watch it run",
@@ -67,24 +70,28 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(cmd.Context(), f, o, args[0])
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return run(cmd.Context(), f, o, o.Path)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
-	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
-	cmd.Flags().BoolVar(&o.noQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
-	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the job is registered")
-	cmd.Flags().BoolVar(&o.logs, "logs", false, "also stream every worker's stdout while watching")
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
+	cmd.Flags().BoolVar(&o.NoQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
+	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
+	cmd.Flags().BoolVar(&o.Logs, "logs", false, "also stream every worker's stdout while watching")
 	return cmd
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options, path string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, path string) error {
 	out := f.IO.Out
-	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return &ExitError{Code: 1, Err: err}
 	}
-	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was submitted", path)}
@@ -97,7 +104,7 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if err != nil {
 		return err
 	}
-	nodes, err := ClusterGPUs(nomad)
+	nodes, err := observe.ClusterGPUs(nomad)
 	if err != nil {
 		return err
 	}
@@ -132,13 +139,13 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta[render.MetaRun] = strconv.FormatInt(f.Now().Unix(), 10)
+	job.Meta[contract.MetaRun] = strconv.FormatInt(f.Now().Unix(), 10)
 	plan, err := nomad.Plan(job)
 	if err != nil {
 		return err
 	}
 	why := explain.Placement(ask, plan.FailedTGAllocs[render.Group], nodes)
-	if why != "" && o.noQueue {
+	if why != "" && o.NoQueue {
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
 	}
@@ -150,11 +157,11 @@ func run(ctx context.Context, f *factory.Factory, o *options, path string) error
 	if why != "" {
 		fmt.Fprintf(out, "queued: %s\n", why)
 	}
-	if o.detach {
+	if o.Detach {
 		fmt.Fprintf(out, "follow it: gpujob status %s\n", t.Name)
 		return nil
 	}
-	w := &watcher{api: nomad, out: &lockedWriter{w: out}, job: t.Name, workers: t.Workers, now: f.Now, logs: o.logs,
+	w := &watcher{api: nomad, out: &lockedWriter{w: out}, job: t.Name, workers: t.Workers, now: f.Now, logs: o.Logs,
 		since: reg.JobModifyIndex}
 	outcome, err := w.run(ctx)
 	if err != nil {
@@ -194,99 +201,6 @@ func deref(s *string) string {
 		return "registered"
 	}
 	return *s
-}
-
-// ClusterGPUs reads every ready node's GPUs and who holds them, and what
-// the node could give gpujob work when empty.
-func ClusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
-	stubs, _, err := nomad.Nodes(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
-	if err != nil {
-		return nil, err
-	}
-	var nodes []explain.Node
-	for _, s := range stubs {
-		if s.Status != "ready" {
-			continue
-		}
-		n := explain.Node{Name: s.Name, Pool: s.NodePool, Holds: map[string]int{}, Datacenter: s.Datacenter,
-			Ineligible: s.SchedulingEligibility == api.NodeSchedulingIneligible, DriverProblem: driverProblem(s.Drivers)}
-		healthy := map[string]bool{}
-		if s.NodeResources != nil {
-			n.CPU, n.MemoryMiB = s.NodeResources.Cpu.CpuShares, s.NodeResources.Memory.MemoryMB
-			if r := s.ReservedResources; r != nil {
-				n.CPU = max(n.CPU-int64(min(r.Cpu.CpuShares, uint64(n.CPU))), 0)
-				n.MemoryMiB = max(n.MemoryMiB-int64(min(r.Memory.MemoryMB, uint64(n.MemoryMiB))), 0)
-			}
-			for _, g := range s.NodeResources.Devices {
-				if g.Vendor != "nvidia" || g.Type != "gpu" {
-					continue
-				}
-				d := explain.Device{Model: g.Name, MemoryMiB: deviceMemoryMiB(g.Attributes[gpuMemoryAttr])}
-				for _, inst := range g.Instances {
-					if inst.Healthy {
-						healthy[inst.ID] = true
-						n.GPUs++
-						d.Healthy++
-					}
-				}
-				if d.Healthy > 0 {
-					n.Devices = append(n.Devices, d)
-				}
-			}
-		}
-		n.Free = n.GPUs
-		if n.GPUs > 0 {
-			allocs, err := nomad.NodeAllocations(s.ID)
-			if err != nil {
-				return nil, err
-			}
-			for id, h := range gpujobs.DeviceHolders(allocs) {
-				if healthy[id] {
-					n.Free--
-					n.Holds[h.Alloc.JobID]++
-				}
-			}
-		}
-		nodes = append(nodes, n)
-	}
-	return nodes, nil
-}
-
-// driverProblem says why a node cannot run the gpujob driver, from its
-// fingerprinted drivers; "" when it can, or when the node lists no drivers
-// at all (then nothing is known to refuse on).
-func driverProblem(drivers map[string]*api.DriverInfo) string {
-	if drivers == nil {
-		return ""
-	}
-	d := drivers[render.Driver]
-	switch {
-	case d == nil || !d.Detected:
-		return "no gpujob driver"
-	case !d.Healthy:
-		if d.HealthDescription != "" {
-			return "gpujob driver unhealthy: " + d.HealthDescription
-		}
-		return "gpujob driver unhealthy"
-	}
-	return ""
-}
-
-// gpuMemoryAttr is the device attribute `gpu { min_memory }` constrains.
-const gpuMemoryAttr = "memory"
-
-// deviceMemoryMiB reads a device group's memory attribute in MiB; 0 when it
-// is missing or in a unit not known here.
-func deviceMemoryMiB(a *api.Attribute) int64 {
-	if a == nil || a.IntVal == nil {
-		return 0
-	}
-	perMiB := map[string]float64{"": 1, "MiB": 1, "GiB": 1024, "TiB": 1 << 20, "MB": 1e6 / (1 << 20), "GB": 1e9 / (1 << 20)}
-	f, ok := perMiB[a.Unit]
-	if !ok {
-		return 0
-	}
-	return int64(float64(*a.IntVal) * f)
 }
 
 func mostGPUs(nodes []explain.Node) int {

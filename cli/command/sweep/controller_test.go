@@ -10,6 +10,7 @@ import (
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
@@ -21,7 +22,7 @@ func testRecord(t *testing.T) (*sweepjob.Record, string) {
 	const stand = "@@gpujob-trial@@" // sweepjob's trial stand-in
 	rec := &sweepjob.Record{Version: sweepjob.RecordVersion, Namespace: "default", Sweep: "lr", Metric: "acc", Algorithm: "random",
 		MaxTrials: 2, Parallel: 1, Params: search.Space{search.Uniform("lr", 0, 1)}, Submitted: time.Unix(1700000000, 0),
-		Template: &api.Job{Type: &batch, Meta: map[string]string{render.MetaKind: render.MetaKindTrain, render.MetaSweep: "lr", render.MetaTrial: stand},
+		Template: &api.Job{Type: &batch, Meta: map[string]string{contract.MetaKind: contract.KindTrain, contract.MetaSweep: "lr", contract.MetaTrial: stand},
 			TaskGroups: []*api.TaskGroup{{Tasks: []*api.Task{{Name: "train", Driver: render.Driver,
 				Config: map[string]any{"sweep": "lr", "trial": stand}}}}}}}
 	d, err := rec.Digest()
@@ -49,7 +50,7 @@ func TestControllerPlanRefusesRecordsItCannotVouchFor(t *testing.T) {
 		{name: "with ACLs, no digest to check against", digest: d, creds: &sweepcreds.Credentials{},
 			want: "holds no digest of the sweep's record"},
 		{name: "without ACLs, another sweep's template", digest: d,
-			change: func(r *sweepjob.Record) { r.Template.Meta[render.MetaSweep] = "other" }, want: `its job meta gpujob_sweep is "other"`},
+			change: func(r *sweepjob.Record) { r.Template.Meta[contract.MetaSweep] = "other" }, want: `its job meta gpujob_sweep is "other"`},
 	} {
 		r := *rec
 		tmpl := *rec.Template

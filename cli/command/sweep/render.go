@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/cli/sweepjob"

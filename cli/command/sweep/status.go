@@ -11,10 +11,10 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/submit"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
@@ -161,7 +161,7 @@ func (e *env) explainWaiting(rec *sweepjob.Record, s *Status) error {
 	if len(queued) == 0 {
 		return nil
 	}
-	nodes, err := submit.ClusterGPUs(e.nomad)
+	nodes, err := observe.ClusterGPUs(e.nomad)
 	if err != nil {
 		return err
 	}

@@ -11,11 +11,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -196,7 +196,7 @@ func stringCounts(st *controller.State) map[string]int {
 func (e *env) purge(ctx context.Context, name string, creds *sweepcreds.Issuer) error {
 	out := e.f.IO.Out
 	ctlJob := controller.ControllerJobID(name)
-	if j, err := e.nomad.Job(ctlJob); err == nil && j.Meta[render.MetaSweep] == name {
+	if j, err := e.nomad.Job(ctlJob); err == nil && j.Meta[contract.MetaSweep] == name {
 		if _, err := e.nomad.Deregister(ctlJob, true); err != nil && !gpujobs.IsNotFound(err) {
 			return err
 		}
@@ -223,7 +223,7 @@ func (e *env) purge(ctx context.Context, name string, creds *sweepcreds.Issuer) 
 		return err
 	}
 	for _, j := range stubs {
-		if j.Meta[render.MetaSweep] == name && j.ID != ctlJob {
+		if j.Meta[contract.MetaSweep] == name && j.ID != ctlJob {
 			jobs[j.ID] = true
 		}
 	}

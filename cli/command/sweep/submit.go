@@ -9,37 +9,43 @@ import (
 	"strconv"
 	"time"
 
-	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
-	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // EnvControllerBinary names the gpujob binary the controller job runs on
 // the clients, when --controller-binary does not.
 const EnvControllerBinary = "GPUJOB_CONTROLLER_BINARY"
 
-type submitOptions struct {
-	vars, varFiles []string
-	checkpointRoot string
-	binary         string
-	user           string
-	detach         bool
-	json           bool
+// SubmitOptions is what the command's arguments and flags ask for.
+type SubmitOptions struct {
+	// Path is the spec file (the argument).
+	Path             string
+	Vars, VarFiles   []string
+	CheckpointRoot   string
+	ControllerBinary string
+	ControllerUser   string
+	Detach           bool
+	JSON             bool
 }
 
-func newSubmitCmd(f *factory.Factory) *cobra.Command {
-	o := &submitOptions{}
+func newSubmitCmd(f *factory.Factory) *cobra.Command { return NewSubmitCmd(f, nil) }
+
+// NewSubmitCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewSubmitCmd(f *factory.Factory, runF func(context.Context, *SubmitOptions) error) *cobra.Command {
+	o := &SubmitOptions{}
 	cmd := &cobra.Command{
 		Use:   "submit SPEC",
 		Short: "Submit a sweep spec: register its controller and watch the trials",
@@ -66,24 +72,28 @@ as the user that holds the tokens.`,
   gpujob sweep submit --detach -var workload=$PWD/jobspecs/workloads/sweep_toy.py sweep.hcl`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSubmit(cmd.Context(), f, o, args[0])
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return runSubmit(cmd.Context(), f, o, o.Path)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
-	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
-	cmd.Flags().StringVar(&o.binary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
-	cmd.Flags().StringVar(&o.user, "controller-user", "", "`user` the controller runs as (default nobody; with ACLs "+sweepcreds.ControllerUser+")")
-	cmd.Flags().BoolVar(&o.detach, "detach", false, "return once the controller is registered")
-	cmd.Flags().BoolVar(&o.json, "json", false, "with --detach: print the submission as JSON")
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
+	cmd.Flags().StringVar(&o.ControllerBinary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
+	cmd.Flags().StringVar(&o.ControllerUser, "controller-user", "", "`user` the controller runs as (default nobody; with ACLs "+sweepcreds.ControllerUser+")")
+	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the controller is registered")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "with --detach: print the submission as JSON")
 	return cmd
 }
 
-func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path string) error {
-	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+func runSubmit(ctx context.Context, f *factory.Factory, o *SubmitOptions, path string) error {
+	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return err
 	}
-	sw, files, diags := spec.LoadSweep(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	sw, files, diags := spec.LoadSweep(path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return fmt.Errorf("%s: the spec has errors; nothing was submitted", path)
@@ -92,7 +102,7 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err != nil {
 		return err
 	}
-	binary, err := controllerBinary(o.binary)
+	binary, err := controllerBinary(o.ControllerBinary)
 	if err != nil {
 		return err
 	}
@@ -133,7 +143,7 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 	if err := validate(e.nomad, job, "trial "+trial.ID); err != nil {
 		return err
 	}
-	user := controllerUser(o.user, e)
+	user := controllerUser(o.ControllerUser, e)
 	ctlHCL, err := render.ControllerJobspec(controllerSpec(sw, e, binary, user))
 	if err != nil {
 		return err
@@ -170,28 +180,20 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *submitOptions, path s
 		return err
 	}
 	rec := sweepjob.NewRecord(sw, e.ns, tmpl, path, string(source), f.Now())
-	rec.Vars, rec.VarFiles, rec.ControllerUser = o.vars, o.varFiles, user
-	st := &controller.State{Namespace: e.ns, Sweep: sw.Name, Status: controller.StatusRunning, MaxTrials: sw.MaxTrials,
-		Created: f.Now(), Updated: f.Now()}
+	rec.Vars, rec.VarFiles, rec.ControllerUser = o.Vars, o.VarFiles, user
+	st := sweepjob.InitialState(rec, sw.MaxTrials, f.Now())
 	if creds.RecordDigest, err = rec.Digest(); err != nil {
 		return err
 	}
-	if err := sweepjob.Create(ctx, e.consul, e.prefix, rec, st); err != nil {
-		return err
-	}
-	if err := creds.Issue(); err != nil {
-		tree := sweepkv.SweepKey(e.prefix, e.ns, sw.Name) + "/"
-		if _, derr := e.consul.KV().DeleteTree(tree, (&consul.WriteOptions{}).WithContext(ctx)); derr != nil {
-			return fmt.Errorf("%w; removing the sweep's record %s: %v", err, tree, derr)
-		}
+	if err := sweepjob.Submit(ctx, e.consul, e.prefix, rec, st, creds.Issue); err != nil {
 		return err
 	}
 	if err := registerController(e, ctl); err != nil {
 		return fmt.Errorf("%w; the sweep is recorded but has no controller: gpujob sweep stop --purge %s, then submit again", err, sw.Name)
 	}
 	out := f.IO.Out
-	if o.detach {
-		if o.json {
+	if o.Detach {
+		if o.JSON {
 			return gpujobs.PrintJSON(out, map[string]any{"sweep": sw.Name, "namespace": e.ns, "controller_job": *ctl.ID,
 				"max_trials": sw.MaxTrials, "parallel": sw.Parallel})
 		}
@@ -237,7 +239,7 @@ func checkControllerFree(e *env, jobID, sweep string) error {
 		}
 		return err
 	}
-	if old.Meta[render.MetaKind] != render.MetaKindSweepController || old.Meta[render.MetaSweep] != sweep {
+	if old.Meta[contract.MetaKind] != contract.KindSweepController || old.Meta[contract.MetaSweep] != sweep {
 		return fmt.Errorf("a job %s that is not sweep %s's controller exists: rename the sweep or remove that job", jobID, sweep)
 	}
 	if old.Status != nil && *old.Status != "dead" && (old.Stop == nil || !*old.Stop) {
@@ -263,7 +265,7 @@ func registerController(e *env, job *api.Job) error {
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta["gpujob_registered"] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	job.Meta[contract.MetaRegistered] = strconv.FormatInt(time.Now().UnixNano(), 10)
 	_, err := e.nomad.Register(job)
 	return err
 }

@@ -16,12 +16,10 @@ import (
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
-	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
-// EnvKeyPrefix overrides where sweeps live in Consul KV; it must match the
-// gpujob driver's sweep_key_prefix.
-const EnvKeyPrefix = "GPUJOB_SWEEP_KEY_PREFIX"
+// EnvKeyPrefix overrides where sweeps live in Consul KV (sweepjob's).
+const EnvKeyPrefix = sweepjob.EnvKeyPrefix
 
 // NewCmd returns the sweep command and its subcommands.
 func NewCmd(f *factory.Factory) *cobra.Command {
@@ -122,12 +120,7 @@ func newEnv(f *factory.Factory, needNomad bool) (*env, error) {
 	return e, nil
 }
 
-func keyPrefix() string {
-	if p := os.Getenv(EnvKeyPrefix); p != "" {
-		return p
-	}
-	return sweepkv.DefaultPrefix
-}
+func keyPrefix() string { return sweepjob.KeyPrefix() }
 
 // load reads a sweep's record and state; a sweep that was never submitted
 // is an error that says so.

@@ -19,8 +19,8 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
-	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
@@ -269,7 +269,7 @@ func seed(t *testing.T, c *consul.Client, f *nomadapi.Fake, name string, status 
 		st.Trials = append(st.Trials, tr)
 		if s.Active() {
 			id, status := tr.JobID, "running"
-			f.SetJob(&api.Job{ID: &id, Name: &id, Status: &status, Meta: map[string]string{render.MetaSweep: name}})
+			f.SetJob(&api.Job{ID: &id, Name: &id, Status: &status, Meta: map[string]string{contract.MetaSweep: name}})
 		}
 	}
 	if ok, err := controller.SaveState(ctx, c, sweepkv.DefaultPrefix, st, 0); err != nil || !ok {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"

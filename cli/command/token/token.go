@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -57,7 +57,9 @@ func newCreateCmd(f *factory.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create --service NAME",
 		Short: "Create a token and print its secret (shown only now)",
-		Args:  cobra.NoArgs,
+		Example: `  gpujob token create --service bert-clf --name ci
+  gpujob token create --service bert-clf --rps 100 --burst 200 -json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var limit *servekv.Limit
 			switch {
@@ -71,7 +73,7 @@ func newCreateCmd(f *factory.Factory) *cobra.Command {
 			case burst > 0:
 				return fmt.Errorf("--burst needs --rps")
 			}
-			store, err := service.Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}
@@ -111,9 +113,11 @@ func newListCmd(f *factory.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list --service NAME",
 		Short: "List a service's tokens (never their secrets)",
-		Args:  cobra.NoArgs,
+		Example: `  gpujob token list --service bert-clf
+  gpujob token list --service bert-clf -json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := service.Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}
@@ -151,11 +155,12 @@ func newListCmd(f *factory.Factory) *cobra.Command {
 func newRevokeCmd(f *factory.Factory) *cobra.Command {
 	var svc string
 	cmd := &cobra.Command{
-		Use:   "revoke --service NAME ID",
-		Short: "Revoke a token: every gateway refuses it within a second",
-		Args:  cobra.ExactArgs(1),
+		Use:     "revoke --service NAME ID",
+		Short:   "Revoke a token: every gateway refuses it within a second",
+		Example: `  gpujob token revoke --service bert-clf 1a2b3c4d5e6f`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := service.Store(f)
+			store, err := servestore.Open(f)
 			if err != nil {
 				return err
 			}

@@ -10,9 +10,9 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
-	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/iostreams"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/servekv"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
@@ -51,7 +51,7 @@ func TestTokenLifecycle(t *testing.T) {
 	if _, _, err := run(t, fac, "create", "--service", "nope"); err == nil || !strings.Contains(err.Error(), "deploy it first") {
 		t.Fatalf("create for a missing service: %v", err)
 	}
-	store, _ := service.Store(fac)
+	store, _ := servestore.Open(fac)
 	if err := store.PutRoute(context.Background(), servekv.Route{Namespace: "default", Service: "svc", PathPrefix: "/svc"}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ type ServiceStats func(ctx context.Context) (map[string]servekv.Stats, error)
 const HistoryLen = 40
 
 // LowUtilPct is the utilisation under which a training job's GPU is
-// flagged.
-const LowUtilPct = 80
+// flagged (observe.LowUtilizationPct, `gpujob status`'s bar too).
+const LowUtilPct = observe.LowUtilizationPct
 
 // Model is the bubbletea model of `gpujob top`: the latest snapshot, the
 // gateway's service figures, and each training job's loss history.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	nomadfix "github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
+	nomadfix "github.com/gpujob/gpujob/cli/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/internal/servekv"
 )

@@ -10,32 +10,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
-	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gatewayclient"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
-type options struct {
-	interval time.Duration
-	once     bool
-	json     bool
-	gateway  string
-	// gatewayAdmin is the gateway's admin listener (its /-/stats).
-	gatewayAdmin string
+// Options is what the command's flags ask for.
+type Options struct {
+	Interval time.Duration
+	Once     bool
+	JSON     bool
+	Gateway  string
+	// GatewayAdmin is the gateway's admin listener (its /-/stats).
+	GatewayAdmin string
 }
 
 // NewCmd returns the top command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{interval: 2 * time.Second}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{Interval: 2 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Watch the cluster live: GPUs, training jobs, the queue, sweeps and services",
@@ -64,27 +67,30 @@ frame as plain text; -json prints the snapshot as JSON.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
+			if runF != nil {
+				return runF(ctx, o)
+			}
 			return run(ctx, f, o)
 		},
 	}
 	fl := cmd.Flags()
-	fl.DurationVar(&o.interval, "interval", o.interval, "how often the GPU stats (and the gateway's figures) are read again")
-	fl.BoolVar(&o.once, "once", false, "print one frame as plain text and exit")
-	fl.BoolVar(&o.json, "json", false, "print one snapshot as JSON and exit")
-	fl.StringVar(&o.gateway, "gateway", "", "the gpujob gateway's `URL` (default $"+service.EnvGateway+", else "+service.DefaultGateway+")")
-	fl.StringVar(&o.gatewayAdmin, "gateway-admin", "", "the gateway's admin listener `URL`, for its figures (default $"+service.EnvGatewayAdmin+
-		", else the --gateway host on the port after its own; $"+service.EnvGatewayAdminToken+" when it asks for a token)")
+	fl.DurationVar(&o.Interval, "interval", o.Interval, "how often the GPU stats (and the gateway's figures) are read again")
+	fl.BoolVar(&o.Once, "once", false, "print one frame as plain text and exit")
+	fl.BoolVar(&o.JSON, "json", false, "print one snapshot as JSON and exit")
+	fl.StringVar(&o.Gateway, "gateway", "", "the gpujob gateway's `URL` (default $"+gatewayclient.EnvGateway+", else "+gatewayclient.DefaultGateway+")")
+	fl.StringVar(&o.GatewayAdmin, "gateway-admin", "", "the gateway's admin listener `URL`, for its figures (default $"+gatewayclient.EnvGatewayAdmin+
+		", else the --gateway host on the port after its own; $"+gatewayclient.EnvGatewayAdminToken+" when it asks for a token)")
 	return cmd
 }
 
 // newSource starts reading the cluster; ready is closed once the first
 // answers are in. Tests replace it.
-var newSource = func(ctx context.Context, f *factory.Factory, o *options) (src observe.Source, cluster string, ready <-chan struct{}, err error) {
+var newSource = func(ctx context.Context, f *factory.Factory, o *Options) (src observe.Source, cluster string, ready <-chan struct{}, err error) {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return nil, "", nil, err
 	}
-	cfg := observe.Config{Nomad: nomad, LossInterval: max(o.interval, 5*time.Second)}
+	cfg := observe.Config{Nomad: nomad, LossInterval: max(o.Interval, 5*time.Second)}
 	if f.Consul != nil {
 		// Sweeps are optional: without Consul the view has none.
 		if c, err := f.Consul(); err == nil {
@@ -96,9 +102,9 @@ var newSource = func(ctx context.Context, f *factory.Factory, o *options) (src o
 	return w, nomad.Address(), w.Ready(), nil
 }
 
-func run(ctx context.Context, f *factory.Factory, o *options) error {
-	if o.interval <= 0 {
-		return fmt.Errorf("--interval must be positive, not %s", o.interval)
+func run(ctx context.Context, f *factory.Factory, o *Options) error {
+	if o.Interval <= 0 {
+		return fmt.Errorf("--interval must be positive, not %s", o.Interval)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -106,17 +112,17 @@ func run(ctx context.Context, f *factory.Factory, o *options) error {
 	if err != nil {
 		return err
 	}
-	stats := GatewayStats(service.GatewayAdminAddr(o.gatewayAdmin, gatewayAddr(o.gateway)))
-	m := NewModel(src, stats, o.interval)
+	stats := GatewayStats(gatewayclient.AdminAddr(o.GatewayAdmin, gatewayclient.Addr(o.Gateway)))
+	m := NewModel(src, stats, o.Interval)
 	m.Cluster = cluster
 
-	if o.json || o.once || !f.IO.IsTTY {
+	if o.JSON || o.Once || !f.IO.IsTTY {
 		waitReady(ctx, ready, 10*time.Second)
 		snap, err := src.Snapshot(ctx)
 		if err != nil {
 			return err
 		}
-		if o.json {
+		if o.JSON {
 			return gpujobs.PrintJSON(f.IO.Out, snap)
 		}
 		m.plain = true
@@ -153,16 +159,12 @@ func waitReady(ctx context.Context, ready <-chan struct{}, d time.Duration) {
 	}
 }
 
-func gatewayAddr(flag string) string {
-	return strings.TrimSuffix(firstOf(flag, os.Getenv(service.EnvGateway), service.DefaultGateway), "/")
-}
-
 // GatewayStats reads the /-/stats of the gateway whose admin listener is at
 // admin, like `gpujob service status`: its figures per service, by
 // "<namespace>/<service>".
 func GatewayStats(admin string) ServiceStats {
 	return func(ctx context.Context) (map[string]servekv.Stats, error) {
-		all, err := service.GatewayStatsAt(ctx, admin)
+		all, err := gatewayclient.StatsAt(ctx, admin)
 		if err != nil {
 			return nil, err
 		}

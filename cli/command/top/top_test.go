@@ -19,7 +19,7 @@ import (
 func withSource(t *testing.T, src observe.Source) {
 	t.Helper()
 	old := newSource
-	newSource = func(context.Context, *factory.Factory, *options) (observe.Source, string, <-chan struct{}, error) {
+	newSource = func(context.Context, *factory.Factory, *Options) (observe.Source, string, <-chan struct{}, error) {
 		ready := make(chan struct{})
 		close(ready)
 		return src, "http://nomad.test:4646", ready, nil

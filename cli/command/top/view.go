@@ -312,7 +312,7 @@ func (m *Model) lowUtil() map[string]bool {
 	out := map[string]bool{}
 	for _, n := range m.snap.Nodes {
 		for _, g := range n.GPUs {
-			if g.Holder != nil && (g.Holder.Kind == "train" || g.Holder.Kind == "trial") && g.UtilPct != nil && *g.UtilPct < LowUtilPct {
+			if g.Holder != nil && (g.Holder.Kind == observe.KindTrain || g.Holder.Kind == observe.KindTrial) && g.UtilPct != nil && observe.LowUtilization(*g.UtilPct) {
 				out[g.UUID] = true
 			}
 		}
@@ -407,7 +407,7 @@ func (m *Model) jobSection(narrow bool) section {
 		lowN, n := 0, 0
 		for u := range jobGPUs[key] {
 			n++
-			if p := util[u]; p != nil && *p < LowUtilPct {
+			if p := util[u]; p != nil && observe.LowUtilization(*p) {
 				lowN++
 			}
 		}

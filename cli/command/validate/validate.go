@@ -2,24 +2,32 @@
 package validate
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/spec"
 )
 
-type options struct {
-	vars           []string
-	varFiles       []string
-	checkpointRoot string
+// Options is what the command's arguments and flags ask for.
+type Options struct {
+	// Path is the spec file (the argument).
+	Path           string
+	Vars           []string
+	VarFiles       []string
+	CheckpointRoot string
 }
 
 // NewCmd returns the validate command.
-func NewCmd(f *factory.Factory) *cobra.Command {
-	o := &options{}
+func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
+
+// NewCmdWith is NewCmd running runF instead of the command when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "validate SPEC",
 		Short: "Check a training spec without submitting it",
@@ -38,20 +46,24 @@ which asks Nomad.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(f, o, args[0])
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return run(f, o, o.Path)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &o.vars, &o.varFiles)
-	gpujobs.AddRenderFlags(cmd, &o.checkpointRoot)
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
 	return cmd
 }
 
-func run(f *factory.Factory, o *options, path string) error {
-	ro, err := gpujobs.RenderOptions(o.checkpointRoot)
+func run(f *factory.Factory, o *Options, path string) error {
+	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return err
 	}
-	t, files, diags := spec.Load(path, spec.Options{Vars: o.vars, VarFiles: o.varFiles})
+	t, files, diags := spec.Load(path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		n := len(diags.Errs())

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/safename"
 )
 
@@ -30,8 +31,8 @@ const DefaultPrefix = "gpujob/sweeps"
 // prefix; the supervisor forwards them (see Metrics). The result line is
 // the workload's last word and counts as a point too.
 const (
-	MetricLinePrefix = "gpujob-metric: "
-	ResultLinePrefix = "gpujob-result: "
+	MetricLinePrefix = contract.MetricLinePrefix
+	ResultLinePrefix = contract.ResultLinePrefix
 )
 
 // MaxPoints bounds Metrics.Points so the record stays far below Consul's

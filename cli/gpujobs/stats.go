@@ -6,21 +6,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Stat names of the gpujob device plugin (device/gpu/stats.go; those
-// nomad-device-nvidia reports keep its names).
-const (
-	StatGPUUtil      = "GPU utilization"
-	StatMemUtil      = "Memory utilization"
-	StatMemory       = "Memory state"
-	StatTemperature  = "Temperature"
-	StatPower        = "Power usage"
-	StatSMClock      = "SM clock"
-	StatECCCorrected = "ECC corrected errors"
-	StatECCUncorrect = "ECC uncorrected errors"
-	StatXidCount     = "Xid errors"
-	StatXidLast      = "Last Xid"
-)
-
 // InstanceStats is the stats of the device id (a UUID) of the given model in
 // a node's host stats, nil when absent.
 func InstanceStats(hs *api.HostStats, vendor, model, id string) *api.DeviceStats {

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // AddSpecFlags adds the --var and --var-file flags every command that reads a
@@ -27,7 +28,7 @@ const EnvCheckpointRoot = "GPUJOB_CHECKPOINT_ROOT"
 func AddRenderFlags(cmd *cobra.Command, checkpointRoot *string) {
 	cmd.Flags().StringVar(checkpointRoot, "checkpoint-root", "",
 		"the gpujob driver's checkpoint_root on the clients, from which an image job's containers mount their checkpoints "+
-			"(an absolute `dir`; default $"+EnvCheckpointRoot+", else "+render.DefaultCheckpointRoot+")")
+			"(an absolute `dir`; default $"+EnvCheckpointRoot+", else "+contract.DefaultCheckpointRoot+")")
 	_ = cmd.MarkFlagDirname("checkpoint-root")
 }
 

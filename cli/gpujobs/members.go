@@ -12,19 +12,12 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
-// What `gpujob render` writes into a training job.
 const (
-	MetaKind          = "gpujob"
-	MetaKindTrain     = "train"
-	MetaWorkers       = "gpujob_workers"
-	MetaGPUsPerWorker = "gpujob_gpus_per_worker"
-	// MetaTask names the member task (render.MetaTask).
-	MetaTask    = "gpujob_task"
-	DriverName  = "gpujob"
+	// DefaultTask is a training job's member task when its meta names none.
 	DefaultTask = "train"
-	GPUDevice   = "nvidia/gpu"
 )
 
 // IsNotFound reports whether err is Nomad's 404.
@@ -44,7 +37,7 @@ func IsNotFound(err error) bool {
 }
 
 // IsTrainJob reports whether a job's meta marks it as a gpujob training job.
-func IsTrainJob(meta map[string]string) bool { return meta[MetaKind] == MetaKindTrain }
+func IsTrainJob(meta map[string]string) bool { return meta[contract.MetaKind] == contract.KindTrain }
 
 // LoadJob reads a training job: a missing job is `job "x" not found`, a job
 // that gpujob did not render is refused with a pointer to `nomad`.
@@ -61,7 +54,7 @@ func LoadJob(nomad nomadapi.API, jobID string) (*api.Job, error) {
 	}
 	if !IsTrainJob(job.Meta) {
 		return nil, fmt.Errorf("job %q is not a gpujob training job (its meta has no %s = %q); use `nomad job status %s`",
-			jobID, MetaKind, MetaKindTrain, jobID)
+			jobID, contract.MetaKind, contract.KindTrain, jobID)
 	}
 	return job, nil
 }
@@ -84,12 +77,12 @@ func TaskName(job *api.Job) string {
 	if job == nil {
 		return DefaultTask
 	}
-	if name := job.Meta[MetaTask]; name != "" && (len(job.TaskGroups) == 0 || hasTask(job, name)) {
+	if name := job.Meta[contract.MetaTask]; name != "" && (len(job.TaskGroups) == 0 || hasTask(job, name)) {
 		return name
 	}
 	for _, tg := range job.TaskGroups {
 		for _, t := range tg.Tasks {
-			if t != nil && t.Driver == DriverName {
+			if t != nil && t.Driver == contract.DriverName {
 				return t.Name
 			}
 		}
@@ -382,36 +375,4 @@ func StreamFrames(ctx context.Context, nomad nomadapi.API, alloc *api.Allocation
 			}
 		}
 	}
-}
-
-// DeviceHolder is an allocation task holding a device.
-type DeviceHolder struct {
-	Alloc *api.Allocation
-	Task  string
-}
-
-// DeviceHolders maps each device ID reserved by a live allocation (not
-// terminal, not being evicted) of a node to the allocation and task holding
-// it.
-func DeviceHolders(allocs []*api.Allocation) map[string]DeviceHolder {
-	out := map[string]DeviceHolder{}
-	for _, a := range allocs {
-		if a == nil || a.AllocatedResources == nil || Terminal(a.ClientStatus) || a.DesiredStatus == "evict" {
-			continue
-		}
-		for task, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil {
-					continue
-				}
-				for _, id := range d.DeviceIDs {
-					out[id] = DeviceHolder{Alloc: a, Task: task}
-				}
-			}
-		}
-	}
-	return out
 }

@@ -11,9 +11,10 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpujob/gpujob/cli/command/gpujobs/fixture"
+	"github.com/gpujob/gpujob/cli/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/render"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/taskevent"
 )
 
@@ -375,11 +376,11 @@ func TestTaskName(t *testing.T) {
 		{"nil job", nil, "train"},
 		{"rendered before gpujob_task: the gpujob task", fixture.TrainJob("j", 2, 1), "train"},
 		{"rendered before gpujob_task, task renamed", withTasks(nil, api.NewTask("work", "gpujob")), "work"},
-		{"image job: the meta names the docker task, not the sidecar", withTasks(map[string]string{MetaTask: "train"}, sidecar, member), "train"},
-		{"image job whose tasks are in the other order", withTasks(map[string]string{MetaTask: "train"}, member, sidecar), "train"},
-		{"the meta wins over the driver", withTasks(map[string]string{MetaTask: "main"}, api.NewTask("helper", "gpujob"), api.NewTask("main", "docker")), "main"},
-		{"a meta naming no task falls back", withTasks(map[string]string{MetaTask: "gone"}, api.NewTask("work", "gpujob")), "work"},
-		{"a job without groups takes the meta", &api.Job{Meta: map[string]string{MetaTask: "train"}}, "train"},
+		{"image job: the meta names the docker task, not the sidecar", withTasks(map[string]string{contract.MetaTask: "train"}, sidecar, member), "train"},
+		{"image job whose tasks are in the other order", withTasks(map[string]string{contract.MetaTask: "train"}, member, sidecar), "train"},
+		{"the meta wins over the driver", withTasks(map[string]string{contract.MetaTask: "main"}, api.NewTask("helper", "gpujob"), api.NewTask("main", "docker")), "main"},
+		{"a meta naming no task falls back", withTasks(map[string]string{contract.MetaTask: "gone"}, api.NewTask("work", "gpujob")), "work"},
+		{"a job without groups takes the meta", &api.Job{Meta: map[string]string{contract.MetaTask: "train"}}, "train"},
 		{"no meta, no gpujob task", withTasks(nil, api.NewTask("x", "docker")), "train"},
 	} {
 		if got := TaskName(c.job); got != c.want {
@@ -391,9 +392,9 @@ func TestTaskName(t *testing.T) {
 // TestNamesMatchRender: the names this package reads are those render writes.
 func TestNamesMatchRender(t *testing.T) {
 	for _, c := range [][2]string{
-		{MetaKind, render.MetaKind}, {MetaKindTrain, render.MetaKindTrain}, {MetaWorkers, render.MetaWorkers},
-		{MetaGPUsPerWorker, render.MetaGPUsPerWorker}, {MetaTask, render.MetaTask}, {DriverName, render.Driver},
-		{DefaultTask, render.Task}, {GPUDevice, render.Device},
+		{contract.MetaKind, contract.MetaKind}, {contract.KindTrain, contract.KindTrain}, {contract.MetaWorkers, contract.MetaWorkers},
+		{contract.MetaGPUsPerWorker, contract.MetaGPUsPerWorker}, {contract.MetaTask, contract.MetaTask}, {contract.DriverName, render.Driver},
+		{DefaultTask, render.Task}, {contract.GPUDevice, render.Device},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("gpujobs has %q where render has %q", c[0], c[1])

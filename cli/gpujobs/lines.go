@@ -6,19 +6,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // SplitRankPrefix splits "[rank N] rest" (the driver's prefix when a member
 // runs several local processes) into N and rest.
 func SplitRankPrefix(line string) (rank int, rest string, ok bool) {
-	if !strings.HasPrefix(line, "[rank ") {
+	if !strings.HasPrefix(line, contract.RankLinePrefix) {
 		return 0, line, false
 	}
 	end := strings.IndexByte(line, ']')
 	if end < 0 {
 		return 0, line, false
 	}
-	n, err := strconv.Atoi(line[len("[rank "):end])
+	n, err := strconv.Atoi(line[len(contract.RankLinePrefix):end])
 	if err != nil || n < 0 {
 		return 0, line, false
 	}
@@ -42,7 +44,7 @@ type Loss struct {
 // the line's rank= field, else the prefix's, else -1.
 func ParseLoss(line string) (Loss, bool) {
 	prefixRank, rest, prefixed := SplitRankPrefix(strings.TrimRight(line, "\r"))
-	body, ok := strings.CutPrefix(rest, "gpujob: ")
+	body, ok := strings.CutPrefix(rest, contract.ProgressLinePrefix)
 	if !ok || !strings.HasPrefix(body, "step=") {
 		return Loss{}, false
 	}
@@ -88,7 +90,7 @@ func ParseLoss(line string) (Loss, bool) {
 }
 
 // ResultPrefix starts rank 0's final line.
-const ResultPrefix = "gpujob-result: "
+const ResultPrefix = contract.ResultLinePrefix
 
 // ParseResult reads rank 0's "gpujob-result: {json}" line (a rank prefix
 // is allowed).

@@ -1,0 +1,126 @@
+// Package contract holds the names that components of gpujob agree on
+// without calling each other: the meta keys `gpujob render` writes into a
+// Nomad job and the CLI, gateway, autoscaler and sweep controller read back;
+// the stat names the device plugin reports and `gpujob gpus`, `top` and the
+// exporter read; the environment and the line prefixes a rank sees and
+// prints; the driver and device names; the default checkpoint root.
+//
+// A name here is a wire format: a job rendered by one release is read by
+// the next, so changing one is a breaking change for running jobs. The
+// package imports nothing and depends on nothing, so any layer may use it.
+// Copies that cannot import Go (the Python workloads under jobspecs/) are
+// checked against it by contract_test.go.
+package contract
+
+// The driver and the device plugin.
+const (
+	// DriverName is what a job's task puts in `driver = "gpujob"`.
+	DriverName = "gpujob"
+	// GPUDevice is the device a training task asks Nomad for
+	// (`device "nvidia/gpu"`): the device plugin's vendor/type.
+	GPUDevice = "nvidia/gpu"
+	// GPUDeviceType is the type part of GPUDevice, the Type of the node's
+	// device resources.
+	GPUDeviceType = "gpu"
+	// DefaultCheckpointRoot is the driver's default checkpoint_root; the
+	// renderer mounts it into containers when the spec names none.
+	DefaultCheckpointRoot = "/var/lib/gpujob/checkpoints"
+)
+
+// Job meta keys. MetaKind marks a job as gpujob's and says which kind
+// (`gpujob list` filters on it, the gateway and autoscaler believe a route
+// only of a job whose kind is KindService).
+const (
+	MetaKind          = "gpujob"
+	MetaWorkers       = "gpujob_workers"
+	MetaGPUsPerWorker = "gpujob_gpus_per_worker"
+	// MetaTask names the member task of a training job.
+	MetaTask = "gpujob_task"
+	// MetaRun is an image job's submission run; the container mounts the
+	// run's checkpoint directory through ${NOMAD_META_gpujob_run}.
+	MetaRun = "gpujob_run"
+	// MetaSweep and MetaTrial name the sweep and trial of a trial's job.
+	MetaSweep = "gpujob_sweep"
+	MetaTrial = "gpujob_trial"
+	// MetaRegistered is when `gpujob sweep submit` registered the sweep's
+	// controller job (unix nanoseconds): a resubmission changes the job.
+	MetaRegistered = "gpujob_registered"
+	// MetaVersion and MetaNamespace are a service's version and namespace.
+	MetaVersion   = "gpujob_version"
+	MetaNamespace = "gpujob_namespace"
+	// MetaRoute is the route a service's job claims (servekv.Route JSON).
+	MetaRoute = "gpujob_route"
+)
+
+// The kinds a job's MetaKind holds.
+const (
+	KindTrain           = "train"
+	KindService         = "service"
+	KindSweepController = "sweep-controller"
+	KindGateway         = "gateway"
+	KindExporter        = "exporter"
+)
+
+// ReservedMeta are the meta keys a spec's own meta may not set: gpujob
+// writes them.
+var ReservedMeta = []string{MetaKind, MetaWorkers, MetaGPUsPerWorker, MetaTask, MetaRun}
+
+// Stat names the device plugin reports for each GPU. Those
+// nomad-device-nvidia also reports keep its names, so dashboards built on
+// `nomad node status -stats` keep working.
+const (
+	StatGPUUtil        = "GPU utilization"
+	StatMemUtil        = "Memory utilization"
+	StatEncoderUtil    = "Encoder utilization"
+	StatDecoderUtil    = "Decoder utilization"
+	StatTemperature    = "Temperature"
+	StatMemory         = "Memory state"
+	StatBAR1           = "BAR1 buffer state"
+	StatPower          = "Power usage"
+	StatSMClock        = "SM clock"
+	StatECCCorrected   = "ECC corrected errors"
+	StatECCUncorrected = "ECC uncorrected errors"
+	StatThrottle       = "Throttle reasons"
+	// StatXidCount counts the Xid events seen since the plugin started;
+	// StatXidLast is the last one's number (0: none).
+	StatXidCount = "Xid errors"
+	StatXidLast  = "Last Xid"
+)
+
+// Lines a rank prints that gpujob reads.
+const (
+	// MetricLinePrefix starts rank 0's metric line, a JSON object with an
+	// integer "step" and numeric values: `gpujob-metric: {"step": 10, "loss": 0.4}`.
+	MetricLinePrefix = "gpujob-metric: "
+	// ResultLinePrefix starts rank 0's final line, a JSON object of the
+	// trial's results (with "steps", the step count).
+	ResultLinePrefix = "gpujob-result: "
+	// ProgressLinePrefix starts every rank's progress line:
+	// "gpujob: step=40 epoch=0 rank=2 loss=0.6931 global_loss=0.6930 samples_per_sec=1650.2".
+	ProgressLinePrefix = "gpujob: "
+	// RankLinePrefix starts a line the supervisor prefixes with its rank
+	// when a member runs several local processes: "[rank 3] ...".
+	RankLinePrefix = "[rank "
+)
+
+// Environment variables a rank reads (besides torchrun's, which the
+// supervisor sets too).
+const (
+	EnvRank           = "GPUJOB_RANK"
+	EnvLocalRank      = "GPUJOB_LOCAL_RANK"
+	EnvWorldSize      = "GPUJOB_WORLD_SIZE"
+	EnvLocalWorldSize = "GPUJOB_LOCAL_WORLD_SIZE"
+	EnvNodeRank       = "GPUJOB_NODE_RANK"
+	EnvNNodes         = "GPUJOB_NNODES"
+	EnvMasterAddr     = "GPUJOB_MASTER_ADDR"
+	EnvMasterPort     = "GPUJOB_MASTER_PORT"
+	EnvRestartCount   = "GPUJOB_RESTART_COUNT"
+	EnvMaxRestarts    = "GPUJOB_MAX_RESTARTS"
+	EnvRunID          = "GPUJOB_RUN_ID"
+	EnvGeneration     = "GPUJOB_GENERATION"
+	EnvCheckpointDir  = "GPUJOB_CHECKPOINT_DIR"
+	// EnvCheckpointEvery is the spec's checkpoint_every, in steps.
+	EnvCheckpointEvery = "GPUJOB_CHECKPOINT_EVERY"
+	// EnvServiceVersion is a service's version, set in its task.
+	EnvServiceVersion = "GPUJOB_SERVICE_VERSION"
+)
