@@ -10,11 +10,7 @@ import (
 // known are the violations the module still has, each with the change that
 // removes it. An entry that no longer matches a violation fails the test,
 // so the list only shrinks.
-var known = []Edge{
-	// The sweep controller's Consul session comes from the rendezvous;
-	// internal/consul replaces it (issue 24).
-	{"internal/sweep/controller", "driver/rendezvous"},
-}
+var known = []Edge{}
 
 // knownInTests are the violations of the module's tests.
 var knownInTests = []Edge{
