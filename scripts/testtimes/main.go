@@ -2,7 +2,11 @@
 // went: the N slowest tests and every skipped test with its reason. .ci/run
 // prints it at the end of a run, passed or failed.
 //
-//	go run ./scripts/testtimes [-n 15] [file ...]   (standard input without files)
+//	testtimes [-n 15] [file ...]   (standard input without files)
+//	go test -json ... | tee out.json | testtimes -echo [-v]
+//
+// With -echo it prints the stream as go test (-v) would have instead, for
+// the make targets that keep the JSON (TEST_JSON) and show the text.
 package main
 
 import (
@@ -14,7 +18,16 @@ import (
 
 func main() {
 	n := flag.Int("n", 15, "how many of the slowest tests to print")
+	echo := flag.Bool("echo", false, "print the stream as go test would instead of the summary")
+	verbose := flag.Bool("v", false, "with -echo: as go test -v would")
 	flag.Parse()
+	if *echo {
+		if err := Echo(os.Stdout, os.Stdin, *verbose); err != nil {
+			fmt.Fprintln(os.Stderr, "testtimes:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Stdout, os.Stdin, flag.Args(), *n); err != nil {
 		fmt.Fprintln(os.Stderr, "testtimes:", err)
 		os.Exit(1)
