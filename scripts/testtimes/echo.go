@@ -40,8 +40,14 @@ func Echo(w io.Writer, r io.Reader, verbose bool) error {
 				delete(held, key)
 			}
 		case e.Action != "output":
-		case verbose || e.Test == "":
+		case verbose:
 			bw.WriteString(e.Output)
+		case e.Test == "":
+			// The test binary's own "PASS" is go test -v's; plain go
+			// test shows the "ok" line alone.
+			if e.Output != "PASS\n" {
+				bw.WriteString(e.Output)
+			}
 		default:
 			held[key] = append(held[key], e.Output)
 		}
