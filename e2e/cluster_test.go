@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,8 +197,10 @@ func repoRoot() string {
 var devClusterOptions = clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
 	dynPorts: 28000, driverExtra: tenantsDriverConfig}
 
-// startClusterOpts brings up a cluster as opts say.
-func startClusterOpts(opts clusterOptions) *cluster {
+// startClusterOpts brings up a cluster as opts say; when ctx ends first,
+// dev-up gets SIGTERM (and the cluster, failed, still has its dir for
+// dev-down).
+func startClusterOpts(ctx context.Context, opts clusterOptions) *cluster {
 	clients, gpus, offset := opts.clients, opts.gpus, opts.offset
 	c := &cluster{repo: repoRoot(), opts: opts}
 	// A short name: the sweep controller's Task API socket lives under
@@ -214,7 +217,9 @@ func startClusterOpts(opts clusterOptions) *cluster {
 		return c
 	}
 	c.dir = filepath.Join(dir, "dev")
-	cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-up.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(c.repo, "scripts", "dev-up.sh"))
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	// GPUJOB_E2E_PORT_SHIFT moves every test cluster's ports, so two e2e
 	// runs (two checkouts) can share a machine.
 	shift, err := envInt("GPUJOB_E2E_PORT_SHIFT", 0)

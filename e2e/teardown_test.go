@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,6 +22,11 @@ import (
 // the run (its last test, a signal, the -timeout deadline) can stop them
 // all, and then check that none of their processes survived.
 type clusterSet struct {
+	// ctx ends when the run is torn down: a dev-up still starting a
+	// cluster then is stopped (it holds mu meanwhile).
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu       sync.Mutex
 	clusters []*cluster
 	stopped  map[*cluster]bool
@@ -31,7 +37,12 @@ type clusterSet struct {
 }
 
 // running is the package's set: TestMain and the shared clusters use it.
-var running = &clusterSet{stopped: map[*cluster]bool{}}
+var running = newClusterSet()
+
+func newClusterSet() *clusterSet {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &clusterSet{ctx: ctx, cancel: cancel, stopped: map[*cluster]bool{}}
+}
 
 // start starts a cluster as opts say and keeps it in the set; once the set
 // is closed it returns a cluster that failed with the reason.
@@ -41,7 +52,7 @@ func (s *clusterSet) start(opts clusterOptions) *cluster {
 	if s.closed != "" {
 		return &cluster{opts: opts, failed: s.closed}
 	}
-	c := startClusterOpts(opts)
+	c := startClusterOpts(s.ctx, opts)
 	s.clusters = append(s.clusters, c)
 	return c
 }
@@ -78,6 +89,7 @@ func (s *clusterSet) stopLocked(c *cluster) error {
 // and then looks for processes of theirs that outlived the stop: agents,
 // plugins, supervisors, ranks. Survivors are killed and are an error.
 func (s *clusterSet) stopAll(why string) error {
+	s.cancel() // first: a cluster that is starting holds mu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed == "" {
