@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // These run without GPUJOB_E2E: they check the bookkeeping that stops the
@@ -80,5 +84,49 @@ func TestSharedClusterUsersAreTheTestsThatUseThem(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: the tests that use it are %v, its users list %v", s.what, got, want)
 		}
+	}
+}
+
+// stopAll stops the set's clusters, then kills and reports a process that
+// still works for one of them (here a stand-in agent whose command line
+// names the cluster's directory), and closes the set.
+func TestStopAllKillsAndReportsSurvivors(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gj-e2e-unit-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	agent := exec.Command("bash", "-c", `exec -a "$0/dev/agent" sleep 60`, dir)
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agent.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(survivors([]string{dir})) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in agent never showed up among the survivors")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	s := newClusterSet()
+	s.clusters = []*cluster{{dir: filepath.Join(dir, "dev"), repo: repoRoot()}} // dev-down: nothing to stop
+	err = s.stopAll("the test is over")
+	if err == nil || !strings.Contains(err.Error(), "outlived their stop") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d ", agent.Process.Pid)) {
+		t.Errorf("stopAll: %v, want the survivor pid %d reported", err, agent.Process.Pid)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("the survivor still runs after stopAll")
+	}
+	if c := s.start(clusterOptions{}); c.failed != "the test is over" {
+		t.Errorf("a cluster started after stopAll: failed %q", c.failed)
+	}
+	if err := s.stopAll("again"); err != nil {
+		t.Errorf("a second stopAll: %v", err)
 	}
 }
