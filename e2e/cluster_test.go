@@ -7,12 +7,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +45,9 @@ type clusterOptions struct {
 	// driverExtra is HCL added to the task driver's plugin config
 	// (GPUJOB_DEV_DRIVER_EXTRA).
 	driverExtra string
+	// serverExtra is HCL added to the Nomad server's server block
+	// (GPUJOB_DEV_NOMAD_SERVER_EXTRA).
+	serverExtra string
 	// dynPorts is the first of the clients' dynamic task ports
 	// (GPUJOB_DEV_DYN_PORTS; dynPortsPerClient per client). Every cluster
 	// of the run gets a block of its own in 28000–31599: above every port
@@ -60,36 +65,89 @@ type clusterOptions struct {
 // one Consul server.
 var dev *cluster
 
-// sharedCluster is a cluster some tests share beside dev: the first test
-// that asks for it starts it, TestMain stops it.
+// sharedCluster is a cluster some tests share beside dev: the first of its
+// users that runs starts it, and it stops when the last of its users that
+// this run selects (-run, -skip) ends, not at the end of the run, so that
+// its agents' memory and CPU go back to the tests that follow. TestMain
+// stops whatever is still up.
 type sharedCluster struct {
 	what string // for the failure: "the 3-server-Consul cluster"
 	opts clusterOptions
-	once sync.Once
-	c    *cluster
+	// users are the top-level tests that use it. A test that is not among
+	// them fails: the cluster could be stopped before it runs.
+	users []string
+
+	mu      sync.Mutex
+	c       *cluster
+	pending map[string]bool // users yet to end while c is up
+	joined  map[string]bool // users that have asked for c while it is up
 }
 
-// get returns the cluster, starting it the first time.
+// get returns the cluster, starting it if it is not up; the cluster stops
+// when the last of its pending users ends.
 func (s *sharedCluster) get(t *testing.T) *cluster {
 	t.Helper()
 	if dev == nil {
 		t.Skip("e2e disabled: set GPUJOB_E2E=1")
 	}
-	s.once.Do(func() { s.c = startClusterOpts(s.opts) })
-	if s.c.failed != "" {
-		t.Fatalf("%s did not start: %s", s.what, s.c.failed)
+	name := t.Name()
+	if strings.Contains(name, "/") {
+		t.Fatalf("%s asks for %s from a subtest: ask in the top-level test, whose end the cluster counts", name, s.what)
 	}
-	return s.c
+	if !isUser(s.users, name) {
+		t.Fatalf("%s uses %s but is not among its users (e2e/cluster_test.go): add it there, "+
+			"or the cluster may be stopped before it runs", name, s.what)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c == nil {
+		// Up again for a second round (-count) or a test -run did not
+		// seem to select: its users are pending again.
+		s.c = running.start(s.opts)
+		s.pending, s.joined = usersToRun(s.users), map[string]bool{}
+	}
+	c := s.c
+	if !s.joined[name] {
+		s.joined[name] = true
+		s.pending[name] = true
+		t.Cleanup(func() { s.leave(t, name) })
+	}
+	if c.failed != "" {
+		t.Fatalf("%s did not start: %s", s.what, c.failed)
+	}
+	return c
+}
+
+// leave marks user name done and stops the cluster after the last one.
+func (s *sharedCluster) leave(t *testing.T, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, name)
+	if len(s.pending) > 0 || s.c == nil {
+		return
+	}
+	c := s.c
+	s.c = nil
+	if err := running.stop(c); err != nil {
+		t.Errorf("stopping %s after its last test: %v", s.what, err)
+	}
 }
 
 // consulHA is the cluster of the tests that need a 3-server Consul (and a
 // Consul client agent).
 var consulHA = &sharedCluster{what: "the 3-server-Consul cluster",
-	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3, dynPorts: 30400}}
+	opts:  clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3, dynPorts: 30400},
+	users: []string{"TestChaos", "TestFaultConsulLeaderKilled"}}
 
 // pair is the cluster of the tests that lose a machine: two clients of two
-// GPUs each. Each test brings its lost client back (loseMachineFor).
-var pair = &sharedCluster{what: "the two-client cluster", opts: clusterOptions{clients: 2, gpus: 2, offset: 12000, dynPorts: 28600}}
+// GPUs each. Each test brings its lost client back (loseMachineFor). Its
+// Nomad server gives a client 3 s of heartbeat TTL and 3 s of grace (Nomad:
+// 10 s and 10 s, and a TTL of up to twice its minimum), so a lost machine is
+// down in 6-9 s rather than 20-30: the tests wait on that.
+var pair = &sharedCluster{what: "the two-client cluster",
+	opts: clusterOptions{clients: 2, gpus: 2, offset: 12000, dynPorts: 28600,
+		serverExtra: "  heartbeat_grace   = \"3s\"\n  min_heartbeat_ttl = \"3s\""},
+	users: []string{"TestFaultNodeLost", "TestSweepNodeLost"}}
 
 // pairCluster returns the shared two-client cluster.
 func pairCluster(t *testing.T) *cluster { return pair.get(t) }
@@ -117,16 +175,14 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: skipped; run `make e2e` (or set GPUJOB_E2E=1) to start a dev cluster and run them")
 		os.Exit(m.Run())
 	}
-	dev = startCluster()
+	flag.Parse() // for -run, -skip and -timeout (watchForTeardown, selected)
+	stopWatching := watchForTeardown()
+	dev = running.start(devClusterOptions)
 	code := m.Run()
-	for _, c := range []*cluster{dev, consulHA.c, secure.c, docker.c, pair.c} {
-		if c == nil {
-			continue
-		}
-		if err := c.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: stopping a dev cluster:", err)
-			code = 1
-		}
+	stopWatching()
+	if err := running.stopAll("the run is over"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
 	}
 	os.Exit(code)
 }
@@ -136,15 +192,15 @@ func repoRoot() string {
 	return filepath.Dir(wd)
 }
 
-// startCluster brings up the package's cluster: one client of four GPUs,
+// devClusterOptions are the package's cluster's: one client of four GPUs,
 // off the default ports, so `make dev` and the tests can run side by side.
-func startCluster() *cluster {
-	return startClusterOpts(clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
-		dynPorts: 28000, driverExtra: tenantsDriverConfig})
-}
+var devClusterOptions = clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
+	dynPorts: 28000, driverExtra: tenantsDriverConfig}
 
-// startClusterOpts brings up a cluster as opts say.
-func startClusterOpts(opts clusterOptions) *cluster {
+// startClusterOpts brings up a cluster as opts say; when ctx ends first,
+// dev-up gets SIGTERM (and the cluster, failed, still has its dir for
+// dev-down).
+func startClusterOpts(ctx context.Context, opts clusterOptions) *cluster {
 	clients, gpus, offset := opts.clients, opts.gpus, opts.offset
 	c := &cluster{repo: repoRoot(), opts: opts}
 	// A short name: the sweep controller's Task API socket lives under
@@ -161,7 +217,9 @@ func startClusterOpts(opts clusterOptions) *cluster {
 		return c
 	}
 	c.dir = filepath.Join(dir, "dev")
-	cmd := exec.Command(filepath.Join(c.repo, "scripts", "dev-up.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(c.repo, "scripts", "dev-up.sh"))
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	// GPUJOB_E2E_PORT_SHIFT moves every test cluster's ports, so two e2e
 	// runs (two checkouts) can share a machine.
 	shift, err := envInt("GPUJOB_E2E_PORT_SHIFT", 0)
@@ -183,6 +241,9 @@ func startClusterOpts(opts clusterOptions) *cluster {
 	}
 	if opts.driverExtra != "" {
 		cmd.Env = append(cmd.Env, "GPUJOB_DEV_DRIVER_EXTRA="+opts.driverExtra)
+	}
+	if opts.serverExtra != "" {
+		cmd.Env = append(cmd.Env, "GPUJOB_DEV_NOMAD_SERVER_EXTRA="+opts.serverExtra)
 	}
 	if opts.consulServers > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GPUJOB_DEV_CONSUL_SERVERS=%d", opts.consulServers))
@@ -316,6 +377,9 @@ func needCluster(t *testing.T) *cluster {
 	}
 	if dev.failed != "" {
 		t.Fatalf("dev cluster did not start: %s", dev.failed)
+	}
+	if why := running.closedReason(); why != "" {
+		t.Fatalf("dev cluster stopped: %s", why)
 	}
 	return dev
 }

@@ -22,7 +22,8 @@ import (
 // Nomad's docker driver against a dockerd that scripts/dev-up.sh starts
 // (GPUJOB_DEV_DOCKER=1), beside the gpujob driver.
 var docker = &sharedCluster{what: "the Docker cluster",
-	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 13000, docker: true, dynPorts: 29800}}
+	opts:  clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 13000, docker: true, dynPorts: 29800},
+	users: []string{"TestContainerTrainingMatchesHost", "TestContainerFaultKillRank", "TestContainerFaultDockerKill"}}
 
 func dockerCluster(t *testing.T) *cluster { return docker.get(t) }
 

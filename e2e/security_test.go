@@ -16,10 +16,15 @@ import (
 
 // secure is the cluster of the security tests: ACLs (default deny) and
 // mutual TLS for Nomad and Consul, as `make dev ACL=1 TLS=1` starts it, one
-// client. The first such test starts it, TestMain stops it.
+// client. The first such test starts it, the last stops it.
 var secure = &sharedCluster{what: "the ACL and TLS cluster",
 	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 19000, acl: true, tls: true, gateway: true,
-		dynPorts: 31000}}
+		dynPorts: 31000},
+	users: []string{"TestListenersStayOnLoopback", "TestSecurityTrainingWithACLsAndTLS", "TestSecurityRanksSeeNoTokens",
+		"TestSecurityCLIWithoutTokenIsRefused", "TestSecurityForgedAndExpiredTokens", "TestSecurityDriverTokenIsConfinedToItsPrefix",
+		"TestServiceWithACLsAndTLS", "TestSweepWithACLsAndTLS", "TestTenancyNamespacesHoldInConsul",
+		"TestTenancyControllerRefusesATamperedTemplate", "TestTenancyTrialFloodMakesBoundedConsulWrites",
+		"TestTenancyExporterServesWithACLsAndTLS"}}
 
 func secureCluster(t *testing.T) *cluster { return secure.get(t) }
 

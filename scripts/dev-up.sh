@@ -41,6 +41,9 @@
 #                           in the ACL and TLS modes, the driver's token and certificates;
 #                           tasks run as the driver's default_user, nobody, and root is refused)
 #   GPUJOB_DEV_DRIVER_EXTRA   HCL appended to that body (e.g. namespace_users, pids_limit)
+#   GPUJOB_DEV_NOMAD_SERVER_EXTRA  HCL added to the Nomad server's server block (e.g.
+#                           heartbeat_grace and min_heartbeat_ttl: the e2e node-loss tests'
+#                           cluster notices a lost client in seconds, not Nomad's 20-30)
 #   GPUJOB_DEV_LOG_LEVEL    agents' log level (INFO)
 #   GPUJOB_DEV_TIMEOUT      seconds to wait for the cluster to be ready (90)
 #   GPUJOB_DEV_PORT_OFFSET  added to every default port below (0): one variable moves
@@ -807,6 +810,7 @@ advertise {
 server {
   enabled          = true
   bootstrap_expect = 1
+${GPUJOB_DEV_NOMAD_SERVER_EXTRA:-}
 }
 client {
   enabled = false

@@ -13,13 +13,19 @@
 #
 # prometheus (Debian's 2.42: prometheus and promtool) is for the alert rules'
 # tests (go test ./jobspecs/monitoring/) and the dev cluster's Prometheus
-# (jobspecs/monitoring/prometheus.yml), and tmux. The prometheus system
-# service is likewise neither started nor left enabled.
+# (jobspecs/monitoring/prometheus.yml). The prometheus system service is
+# likewise neither started nor left enabled.
+#
+# Every package a test needs is here: with GPUJOB_REQUIRE_PRIV=1 (.ci/run)
+# a test that misses one fails instead of skipping (internal/testpriv):
+# python3 (/usr/bin/python3: the zygote and search-quality tests),
+# python3-torch (the workloads), python3-optuna (the pruner and sampler
+# cross-checks), prometheus (promtool), tmux (gpujob top's terminal test).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-packages=(curl ca-certificates jq iproute2 util-linux procps python3-torch libopenblas0-openmp python3-optuna docker.io prometheus tmux)
+packages=(curl ca-certificates jq iproute2 util-linux procps python3 python3-torch libopenblas0-openmp python3-optuna docker.io prometheus tmux)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

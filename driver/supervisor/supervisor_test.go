@@ -84,7 +84,13 @@ func (c *fakeCoord) Done(ctx context.Context, r *rendezvous.Round) error {
 // the exit code, the events and the directory the script may write to.
 func run(t *testing.T, ctx context.Context, coord *fakeCoord, script string) (int, []taskevent.Event, string) {
 	t.Helper()
-	dir := t.TempDir()
+	return runIn(t, ctx, coord, t.TempDir(), script)
+}
+
+// runIn is run with the ranks' $STATE in dir, for a test that watches the
+// ranks while they run.
+func runIn(t *testing.T, ctx context.Context, coord *fakeCoord, dir, script string) (int, []taskevent.Event, string) {
+	t.Helper()
 	spec := &Spec{Command: "/bin/sh", Args: []string{"-c", script}, NProcPerNode: 2, MaxRestarts: 3,
 		RunID: "default/job", Self: Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:29400"},
 		Min: 1, Max: 1, StopGrace: Duration(500 * time.Millisecond), EventsFile: filepath.Join(dir, "events.jsonl")}
@@ -164,15 +170,17 @@ func TestSupervisorRemoteFailureStopsAndRejoins(t *testing.T) {
 	done := make(chan struct{})
 	var code int
 	var events []taskevent.Event
-	var dir string
+	dir := t.TempDir()
 	go func() {
 		defer close(done)
 		// Round 1's workers record their PIDs and hang; round 2's succeed.
-		code, events, dir = run(t, context.Background(), coord,
+		code, events, _ = runIn(t, context.Background(), coord, dir,
 			`if [ "$GPUJOB_GENERATION" = 1 ]; then echo $$ > "$STATE/pid.$LOCAL_RANK"; exec sleep 60; fi`)
 	}()
 	<-coord.watched
-	time.Sleep(200 * time.Millisecond) // let the workers write their PIDs
+	// Both workers run round 1.
+	pidIn(t, filepath.Join(dir, "pid.0"))
+	pidIn(t, filepath.Join(dir, "pid.1"))
 	coord.end(1, rendezvous.Failure{Member: "job.g[1]", Reason: "rank 3 exited 137", ExitCode: 137})
 	<-done
 	if code != 0 || len(coord.fails) != 0 {
@@ -209,14 +217,16 @@ func TestSupervisorStoppedByNomad(t *testing.T) {
 	coord := newFakeCoord(1, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	var dir string
+	dir := t.TempDir()
 	go func() {
-		code, _, d := run(t, ctx, coord, `echo $$ > "$STATE/pid.$LOCAL_RANK"; trap "" TERM; exec sleep 60`)
-		dir = d
+		// The PID is written once TERM is ignored: then the stop must
+		// come to SIGKILL.
+		code, _, _ := runIn(t, ctx, coord, dir, `trap "" TERM; echo $$ > "$STATE/pid.$LOCAL_RANK"; exec sleep 60`)
 		done <- code
 	}()
 	<-coord.watched
-	time.Sleep(200 * time.Millisecond)
+	pidIn(t, filepath.Join(dir, "pid.0"))
+	pidIn(t, filepath.Join(dir, "pid.1"))
 	cancel()
 	select {
 	case code := <-done:

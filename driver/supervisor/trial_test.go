@@ -104,7 +104,13 @@ func (c blockingCoord) Join(ctx context.Context) (*rendezvous.Round, error) {
 // task's stdout and the supervisor.
 func runTrial(t *testing.T, ctx context.Context, coord Coordinator, trial Trial, nproc int, script string) (int, []taskevent.Event, string, string, *Supervisor) {
 	t.Helper()
-	dir := t.TempDir()
+	return runTrialIn(t, ctx, coord, trial, nproc, t.TempDir(), script)
+}
+
+// runTrialIn is runTrial with the ranks' $STATE in dir, for a test that
+// watches the ranks while they run.
+func runTrialIn(t *testing.T, ctx context.Context, coord Coordinator, trial Trial, nproc int, dir, script string) (int, []taskevent.Event, string, string, *Supervisor) {
+	t.Helper()
 	spec := &Spec{Command: "/bin/sh", Args: []string{"-c", script}, NProcPerNode: nproc, LogPrefix: nproc > 1, MaxRestarts: 3,
 		RunID: "default/job", Self: Member{ID: "a1", Name: "job.g[0]", Addr: "127.0.0.1:29400"}, Expected: []string{"job.g[0]"},
 		Min: 1, Max: 1, StopGrace: Duration(500 * time.Millisecond), EventsFile: filepath.Join(dir, "events.jsonl"),
@@ -150,13 +156,17 @@ func lastEvent(t *testing.T, events []taskevent.Event) taskevent.Event {
 func TestTrialStopRequestStopsTheRanksAndExitsZero(t *testing.T) {
 	coord := newFakeCoord(1, nil)
 	trial := newFakeTrial()
+	dir := t.TempDir()
 	go func() {
 		<-coord.watched
-		time.Sleep(200 * time.Millisecond) // the ranks write their PIDs
+		// The stop comes once both ranks run (have written their PIDs).
+		for _, f := range []string{"pid.0", "pid.1"} {
+			eventually(func() bool { _, err := os.Stat(filepath.Join(dir, f)); return err == nil })
+		}
 		trial.stop <- ashaStop
 	}()
 	began := time.Now()
-	code, events, dir, _, sup := runTrial(t, context.Background(), coord, trial, 2,
+	code, events, _, _, sup := runTrialIn(t, context.Background(), coord, trial, 2, dir,
 		`echo $$ > "$STATE/pid.$LOCAL_RANK"; exec sleep 60`)
 	if code != 0 || !sup.TrialStopped() {
 		t.Fatalf("code %d, trial stopped %v; events:\n%s", code, sup.TrialStopped(), messages(events))

@@ -3,21 +3,19 @@ package supervisor
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // python is the interpreter the zygote tests run, skipped where there is none.
 func python(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
+	p := testpriv.NeedCommand(t, "python3", "apt-get install python3")
 	// A shim (pyenv) is not an interpreter that can be preloaded.
 	if real, err := filepath.EvalSymlinks("/usr/bin/python3"); err == nil {
 		return real

@@ -21,16 +21,14 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // tool returns the path of a Prometheus tool, or skips the test.
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not installed (apt-get install prometheus)", name)
-	}
-	return p
+	return testpriv.NeedCommand(t, name, "apt-get install prometheus")
 }
 
 func run(t *testing.T, dir, name string, args ...string) string {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 const python = "/usr/bin/python3"
@@ -48,7 +49,7 @@ func needTorch(t *testing.T) {
 		}
 	})
 	if torchErr != nil {
-		t.Skipf("%s cannot import torch: %v", python, torchErr)
+		testpriv.Skip(t, "%s cannot import torch: %v (apt-get install python3-torch)", python, torchErr)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	nomadfix "github.com/gpujob/gpujob/cli/gpujobs/fixture"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/internal/servekv"
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // fakeCluster serves a nomadapi.Fake over Nomad's HTTP API (the endpoints
@@ -120,10 +121,7 @@ func TestTmux(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	tmux, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Skip("tmux is not installed")
-	}
+	tmux := testpriv.NeedCommand(t, "tmux", "apt-get install tmux")
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "top") // short: the tmux socket's path is limited
 	if err != nil {

@@ -41,6 +41,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // qualityPython is the Python side: the same objectives, and a loop that
@@ -259,10 +261,7 @@ const qualityPython3 = "/usr/bin/python3"
 func startQualityPy(tb testing.TB, needOptuna bool) *qualityPy {
 	tb.Helper()
 	if needOptuna {
-		if out, err := exec.Command(qualityPython3, "-c", "import optuna").CombinedOutput(); err != nil {
-			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-			tb.Skipf("no Optuna to compare with (%s -c 'import optuna': %v: %s); install python3-optuna (Debian)", qualityPython3, err, lines[len(lines)-1])
-		}
+		testpriv.NeedPython(tb, qualityPython3, "no Optuna to compare with: apt-get install python3-optuna", "optuna")
 	}
 	script := tb.TempDir() + "/quality.py"
 	if err := os.WriteFile(script, []byte(qualityPython), 0o644); err != nil {
@@ -279,7 +278,7 @@ func startQualityPy(tb testing.TB, needOptuna bool) *qualityPy {
 		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		tb.Skipf("cannot start %s: %v", qualityPython3, err)
+		testpriv.Skip(tb, "cannot start %s: %v (apt-get install python3)", qualityPython3, err)
 	}
 	p := &qualityPy{cmd: cmd, in: json.NewEncoder(stdin), out: bufio.NewScanner(stdout)}
 	p.out.Buffer(make([]byte, 1<<20), 64<<20)
@@ -347,9 +346,7 @@ func qualityPoints(obj qualityObjective, n int) []Assignment {
 // the same value in Go and in the Python snippet (up to the last bits of
 // log10 and cos, which the two math libraries may round differently).
 func TestQualityObjectivesMatchPython(t *testing.T) {
-	if _, err := os.Stat(qualityPython3); err != nil {
-		t.Skipf("no %s to compare with: %v", qualityPython3, err)
-	}
+	testpriv.NeedPython(t, qualityPython3, "apt-get install python3")
 	py := startQualityPy(t, false)
 	for _, obj := range qualityObjectives {
 		pts := qualityPoints(obj, 40)

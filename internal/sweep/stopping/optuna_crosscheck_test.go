@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/gpujob/gpujob/internal/testpriv"
 )
 
 // optunaReplay replays recorded traces into real Optuna studies with
@@ -141,9 +143,7 @@ func simulate(name string, m Median, mode Mode, seed uint64) *optunaCase {
 // optuna (Debian: python3-optuna).
 func TestMedianMatchesOptuna(t *testing.T) {
 	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import optuna").CombinedOutput(); err != nil {
-		t.Skipf("no Optuna to compare with (%s -c 'import optuna': %v: %s); install python3-optuna", python, err, out)
-	}
+	testpriv.NeedPython(t, python, "no Optuna to compare with: apt-get install python3-optuna", "optuna")
 	params := []Median{
 		{MinTrials: 5}, // Optuna's defaults
 		{MinTrials: 3, GracePeriod: 5, Interval: 3},
