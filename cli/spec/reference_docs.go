@@ -53,7 +53,7 @@ var fieldDocs = map[string]fieldDoc{
 	"train.image":              {typ: "string", desc: "Container image every member runs in, through Nomad's docker driver, with the same rendezvous, ranks, checkpoints and restarts as on the host."},
 	"train.max_failures":       {typ: "number", def: itoa(DefaultMaxFailures), desc: "Group restarts from the checkpoint before the job fails (the driver's `max_restarts`); 0 or more."},
 	"train.rendezvous_timeout": {typ: "duration", def: durString(DefaultRendezvousTimeout), desc: "How long a rendezvous round waits for every member to join."},
-	"train.datacenters":        {typ: "list(string)", desc: descDatacenters + ` ["*"] means all.`},
+	"train.datacenters":        {typ: "list(string)", desc: descDatacenters + " `[\"*\"]` means all."},
 	"train.node_pool":          {typ: "string", desc: descNodePool},
 	"train.namespace":          {typ: "string", desc: descNamespace},
 	"train.priority":           {typ: "number", def: itoa(DefaultPriority), desc: fmt.Sprintf("Nomad job priority, %d to %d.", MinPriority, MaxPriority)},
