@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// The fault matrix: one test per row of the README's table. Each row trains
+// The fault matrix: one test per row of the table in docs/operations/fault-tolerance.md. Each row trains
 // the real workload with two workers, hits it with one fault once it has
 // written a checkpoint, asserts what its row promises (how many group
 // restarts, if any), and then the same three things:

@@ -185,7 +185,7 @@ func (a *Autoscaler) term(ctx context.Context, bo *backoff.Backoff) {
 			logf("autoscaler %s: stepped down", a.cfg.ID)
 			return
 		case s.Lost():
-			break
+			// The session ended: leave the loop below.
 		default:
 			logf("autoscaler %s: lost %s; campaigning again", a.cfg.ID, key)
 			s.Check() // the session's end is the likeliest cause

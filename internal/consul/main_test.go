@@ -76,18 +76,6 @@ func newSession(t *testing.T, c *api.Client, opts SessionOptions) *Session {
 	return s
 }
 
-// eventually waits for cond, failing the test after limit.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // closedWithin reports whether ch closes (or delivers) within limit.
 func closedWithin[T any](ch <-chan T, limit time.Duration) bool {
 	t := time.NewTimer(limit)

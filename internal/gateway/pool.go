@@ -147,12 +147,6 @@ func (p *pool) watch(ctx context.Context) {
 		})
 }
 
-func (p *pool) healthLoaded() bool {
-	p.inputs.Lock()
-	defer p.inputs.Unlock()
-	return p.healthOK
-}
-
 // setEntries takes a new answer of the health query.
 func (p *pool) setEntries(entries []*consulapi.ServiceEntry) {
 	p.inputs.Lock()

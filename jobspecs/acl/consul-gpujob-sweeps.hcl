@@ -4,7 +4,7 @@
 # extend write their state and their trials' stop requests. Submitting and
 # purging a sweep on a cluster with ACLs also creates and deletes its
 # controller's own token and policy, which takes a token with acl = "write"
-# (see the README's Sweeps section).
+# (see docs/guides/sweeps.md).
 #
 # The file is a template (Go text/template; its blanks are the namespace, the
 # key prefix and the access): render it for a namespace with gpujob, then

@@ -121,7 +121,7 @@ plugin "nomad-device-gpujob" {
       memory_mib = 15360
       id_seed    = "client-1"          # makes fake UUIDs differ between clients on one machine
       # A JSON file that drives the fake GPUs while they run (utilisation,
-      # memory, temperature, power, health; README "Without NVML"):
+      # memory, temperature, power, health; docs/reference/device-plugin.md "Without NVML"):
       control_file = "/tmp/gpujob-dev/fake-gpus/gpujob-dev-client-1.json"
     }
   }

@@ -22,16 +22,16 @@ import (
 
 // The embedded files' names.
 const (
-	RulesFile            = "gpujob-alerts.yml"
-	RulesTestFile        = "gpujob-alerts.test.yml"
-	DashboardFile        = "grafana-dashboard.json"
-	ConfigFile           = "prometheus.yml"           // file_sd (Debian's prometheus 2.42)
-	ConsulSDConfigFile   = "prometheus-consul-sd.yml" // consul_sd_configs (upstream builds)
-	ExporterService      = "gpujob-exporter"          // Consul service and scrape job of the exporters
+	RulesFile          = "gpujob-alerts.yml"
+	RulesTestFile      = "gpujob-alerts.test.yml"
+	DashboardFile      = "grafana-dashboard.json"
+	ConfigFile         = "prometheus.yml"           // file_sd (Debian's prometheus 2.42)
+	ConsulSDConfigFile = "prometheus-consul-sd.yml" // consul_sd_configs (upstream builds)
+	ExporterService    = "gpujob-exporter"          // Consul service and scrape job of the exporters
 	// GatewayService is the Consul service of the gateways' admin
 	// listeners (/metrics is not on the port they route on) and their
 	// scrape job.
-	GatewayService = "gpujob-gateway-admin"
+	GatewayService       = "gpujob-gateway-admin"
 	placeholderFileSDDir = "{{FILE_SD_DIR}}"
 	placeholderConsul    = "{{CONSUL_ADDR}}"
 	placeholderToken     = "{{CONSUL_TOKEN}}"
