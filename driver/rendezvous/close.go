@@ -78,7 +78,7 @@ func (r *Rendezvous) Stop(ctx context.Context) error {
 func (r *Rendezvous) cleanup(ctx context.Context) error {
 	var pairs api.KVPairs
 	err := r.retry(ctx, "list members", func(ctx context.Context) (err error) {
-		pairs, _, err = r.kv.List(r.key(memberPfx), (&api.QueryOptions{}).WithContext(ctx))
+		pairs, _, err = r.kv.List(r.key(memberPfx), r.readOptions(ctx))
 		return err
 	})
 	if err != nil {
@@ -222,7 +222,7 @@ func (r *Rendezvous) collectDeadRuns(ctx context.Context) error {
 	var pairs api.KVPairs
 	err := retry(ctx, r.logfFunc(), "list runs of "+r.cfg.RunGroup, func(ctx context.Context) error {
 		var err error
-		pairs, _, err = r.kv.List(groupBase, (&api.QueryOptions{}).WithContext(ctx))
+		pairs, _, err = r.kv.List(groupBase, r.readOptions(ctx))
 		return err
 	})
 	if err != nil {

@@ -258,7 +258,7 @@ func (r *Rendezvous) register(ctx context.Context, sid string, gen int) error {
 // heldByFormerSession returns the session holding our registration key if
 // it is one this member replaced, after destroying it; "" otherwise.
 func (r *Rendezvous) heldByFormerSession(ctx context.Context) (string, error) {
-	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), (&api.QueryOptions{}).WithContext(ctx))
+	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), r.readOptions(ctx))
 	if err != nil || p == nil || p.Session == "" {
 		return "", err
 	}
@@ -277,7 +277,7 @@ func (r *Rendezvous) heldByFormerSession(ctx context.Context) (string, error) {
 // holdsRegistration reports whether our registration for generation gen is
 // in Consul, held by session sid; if so, it is remembered.
 func (r *Rendezvous) holdsRegistration(ctx context.Context, sid string, gen int) (bool, error) {
-	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), (&api.QueryOptions{}).WithContext(ctx))
+	p, _, err := r.kv.Get(r.key(livePrefix+r.self.ID), r.readOptions(ctx))
 	if err != nil {
 		return false, fmt.Errorf("rendezvous %s: read registration of %s: %w", r.cfg.RunID, r.self.Name, err)
 	}
@@ -368,7 +368,7 @@ func (r *Rendezvous) snapRoster(s snapshot, number int) ([]Member, error) {
 // those that need a fresh view, not the watch's); nil, nil when the roster
 // is absent or another round's.
 func (r *Rendezvous) getRoster(ctx context.Context, number int) ([]Member, error) {
-	p, _, err := r.kv.Get(r.key(rosterKey), (&api.QueryOptions{}).WithContext(ctx))
+	p, _, err := r.kv.Get(r.key(rosterKey), r.readOptions(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous %s: read roster of round %d: %w", r.cfg.RunID, number, err)
 	}
@@ -388,7 +388,7 @@ func (r *Rendezvous) getRoster(ctx context.Context, number int) ([]Member, error
 // getRound reads the round record straight from Consul (not from the
 // watch), for the read-modify-CAS of rare writers.
 func (r *Rendezvous) getRound(ctx context.Context) (*roundRecord, uint64, error) {
-	p, _, err := r.kv.Get(r.key(roundKey), (&api.QueryOptions{}).WithContext(ctx))
+	p, _, err := r.kv.Get(r.key(roundKey), r.readOptions(ctx))
 	if err != nil {
 		return nil, 0, fmt.Errorf("rendezvous %s: read round record: %w", r.cfg.RunID, err)
 	}
@@ -410,7 +410,7 @@ func (r *Rendezvous) declareTimeout(ctx context.Context, n int) error {
 	if err != nil || rec == nil || rec.Number != n || rec.Status != statusJoining {
 		return err
 	}
-	pairs, _, err := r.kv.List(r.key(livePrefix), (&api.QueryOptions{}).WithContext(ctx))
+	pairs, _, err := r.kv.List(r.key(livePrefix), r.readOptions(ctx))
 	if err != nil {
 		return fmt.Errorf("rendezvous %s: list members for timeout of round %d: %w", r.cfg.RunID, n, err)
 	}

@@ -411,6 +411,19 @@ func (r *Rendezvous) setFatal(err error) {
 	}
 }
 
+// readOptions are the options of every read the rendezvous decides on:
+// consistent ones. A Consul server that has just restarted and won its
+// election answers default-mode reads from its state store before it has
+// applied its log again, so for a moment a round record that exists reads as
+// absent — and Fail, seeing no round to fail, returned without writing (a CI
+// run lost a failure that way: the other member's watch never fired).
+// Consistent reads wait for the leader's barrier instead; until then Consul
+// answers "Not ready to serve consistent reads", which is retried like any
+// outage error.
+func (r *Rendezvous) readOptions(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
+}
+
 // watchControl long-polls P/ctl/ and publishes every change. It is the only
 // request a non-coordinating member keeps outstanding.
 func (r *Rendezvous) watchControl(ctx context.Context) {
@@ -433,7 +446,9 @@ func (r *Rendezvous) watchPrefix(ctx context.Context, rel string, changed func(a
 	var idx uint64
 	bo := newBackoff()
 	for ctx.Err() == nil {
-		pairs, meta, err := r.kv.List(r.key(rel), (&api.QueryOptions{WaitIndex: idx, WaitTime: blockWait}).WithContext(ctx))
+		q := r.readOptions(ctx)
+		q.WaitIndex, q.WaitTime = idx, blockWait
+		pairs, meta, err := r.kv.List(r.key(rel), q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -146,7 +146,9 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // Leader reads who leads now; ErrNoLeader when nobody does.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	p, _, err := e.s.client.KV().Get(e.key, (&api.QueryOptions{}).WithContext(ctx))
+	// Consistent: a restarted server answers default reads before it has
+	// applied its log again, and would say nobody leads.
+	p, _, err := e.s.client.KV().Get(e.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return Leader{}, fmt.Errorf("read leader %s: %w", e.key, err)
 	}
