@@ -116,20 +116,30 @@ func (c *cluster) serviceToken(t *testing.T, service string, extra ...string) st
 		t.Fatalf("token create: %s", errOut)
 	}
 	tok := strings.TrimSpace(out)
-	// The gateways learn of it through their blocking query on the tokens,
-	// a few milliseconds later: wait until one accepts it (a 401 spends
-	// none of its rate limit).
-	client := &http.Client{Timeout: time.Minute}
-	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		r := predict(client, c.gateway(t)+"/"+service, tok)
-		if r.code != http.StatusUnauthorized {
-			break
-		}
-		if time.Since(start) > time.Second {
-			t.Fatalf("the gateway still refuses a new token of %s after 1 s", service)
-		}
-	}
+	waitTokenAccepted(t, &http.Client{Timeout: time.Minute}, c.gateway(t), service, tok)
 	return tok
+}
+
+// waitTokenAccepted waits until the gateway at gw accepts tok for service
+// and returns that first accepted request's result. The gateways learn of a
+// new token through their blocking query on the tokens, milliseconds after
+// `token create` on an idle machine and longer on a loaded one (five
+// requests sent at once after create all got 401 in a run beside other
+// work); a 401 spends none of the token's rate limit.
+func waitTokenAccepted(t *testing.T, client *http.Client, gw, service, tok string) reqResult {
+	t.Helper()
+	start := time.Now()
+	for {
+		r := predict(client, gw+"/"+service, tok)
+		if r.code != http.StatusUnauthorized {
+			t.Logf("the gateway accepted the new token of %s after %s", service, time.Since(start).Round(time.Millisecond))
+			return r
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the gateway still refuses a new token of %s after 10 s", service)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // reqResult is one request's outcome.
@@ -670,14 +680,18 @@ func TestServiceWithACLsAndTLS(t *testing.T) {
 	}
 	tok = strings.TrimSpace(tok)
 
-	// From zero: the gateway's own Nomad token scales the service.
+	// From zero: the gateway's own Nomad token scales the service. The
+	// first request the gateway lets through is held until a replica runs.
+	if r := waitTokenAccepted(t, &http.Client{Timeout: 2 * time.Minute}, gw, name, tok); r.code != 200 {
+		t.Errorf("first request from zero replicas: %+v", r)
+	}
 	results := make(chan reqResult, 5)
 	for i := 0; i < 5; i++ {
 		go func() { results <- predict(&http.Client{Timeout: 2 * time.Minute}, gw+"/"+name, tok) }()
 	}
 	for i := 0; i < 5; i++ {
 		if r := <-results; r.code != 200 {
-			t.Errorf("request %d from zero replicas: %+v", i, r)
+			t.Errorf("request %d after scaling from zero: %+v", i, r)
 		}
 	}
 	if r := predict(&http.Client{Timeout: 10 * time.Second}, gw+"/"+name, ""); r.code != http.StatusUnauthorized {

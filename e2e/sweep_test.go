@@ -256,10 +256,14 @@ func TestSweepParallelAboveGPUs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("sweep submit exited %d: %s%s", code, out, errOut)
 	}
-	d := c.waitSweep(t, name, 2*time.Minute, "4 trials running and 4 waiting", func(d sweepDoc) bool {
+	// A trial just registered waits for "Nomad has not placed it yet"
+	// until the scheduler has evaluated it; after that its reason must
+	// name the GPUs. Each trial runs over 30 s, so the four waiting ones
+	// wait long enough to be seen with their reasons.
+	d := c.waitSweep(t, name, 2*time.Minute, "4 trials running and 4 waiting for GPUs", func(d sweepDoc) bool {
 		waiting := 0
 		for _, tr := range d.Trials {
-			if tr.Waiting != "" {
+			if tr.Waiting != "" && strings.Contains(tr.Waiting, "GPU") {
 				waiting++
 			}
 		}
