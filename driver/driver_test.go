@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,23 +31,17 @@ import (
 // testConsul is the Consul agent of the tests that run tasks, started by
 // the first of them (consulAddr) and stopped by TestMain: the fuzz targets'
 // worker processes run TestMain too and need none.
-var testConsul struct {
-	once  sync.Once
-	agent *testagent.Consul
-	err   error
-}
+var testConsul testagent.Lazy
 
 // consulAddr returns the test Consul agent's address, starting it on first
 // use.
 func consulAddr(t testingT) string {
 	t.Helper()
-	testConsul.once.Do(func() {
-		testConsul.agent, testConsul.err = testagent.StartConsul("")
-	})
-	if testConsul.err != nil {
-		t.Fatalf("driver tests need a real Consul: %v", testConsul.err)
+	agent, err := testConsul.Start()
+	if err != nil {
+		t.Fatalf("driver tests need a real Consul: %v", err)
 	}
-	return testConsul.agent.Addr
+	return agent.Addr
 }
 
 // testingT is what Nomad's driver harness takes; *testing.T is one, and
@@ -68,11 +61,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervisor.RunAsCommand {
 		os.Exit(supervisor.RunAsMain(os.Args[2:]))
 	}
-	code := m.Run()
-	if testConsul.agent != nil {
-		testConsul.agent.Stop()
-	}
-	os.Exit(code)
+	os.Exit(testConsul.Main(m))
 }
 
 // harness is a driver behind Nomad's gRPC plugin boundary, configured for

@@ -171,12 +171,15 @@ const clientCPUMHz = 8000
 const dynPortsPerClient = 600
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(teardownFixtureEnv); dir != "" {
+		os.Exit(teardownFixture(m, dir))
+	}
 	if os.Getenv("GPUJOB_E2E") != "1" {
 		fmt.Println("e2e: skipped; run `make e2e` (or set GPUJOB_E2E=1) to start a dev cluster and run them")
 		os.Exit(m.Run())
 	}
 	flag.Parse() // for -run, -skip and -timeout (watchForTeardown, selected)
-	stopWatching := watchForTeardown()
+	stopWatching := watchForTeardown(testTimeout(), teardownMargin(testTimeout()))
 	dev = running.start(devClusterOptions)
 	code := m.Run()
 	stopWatching()

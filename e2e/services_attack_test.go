@@ -166,8 +166,24 @@ func TestServicesAttackImpostorReplicaGetsNoTraffic(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The gateway's watches answer within milliseconds of Consul.
-	time.Sleep(2 * time.Second)
+	// Measure only once the gateway has seen all three: the victim in its
+	// pool, the hostile job's instance refused as another job's
+	// allocation, the forged one as a replica's ID at a foreign address.
+	// Before that a clean run would prove nothing.
+	admin := c.gatewayAdmin(t)
+	want := map[string]int{"route": 0, "not_nomad": 0, "allocation": 1, "address": 1}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		refused := refusedInstances(admin, victim)
+		n := endpoints(admin, victim)
+		if n == 1 && fmt.Sprint(refused) == fmt.Sprint(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway never saw the victim and both impostors: %d endpoint(s) (want 1), refused instances by reason %v (want %v)", n, refused, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	stolen, served := 0, 0
@@ -300,6 +316,31 @@ func (c *cluster) gatewayLogs(t *testing.T) string {
 // gatewayAdmin is the dev gateway's admin URL (/metrics, /-/stats):
 // GPUJOB_GATEWAY_ADMIN_ADDR, else loopback on the port after the
 // gateway's (what gpujob gateway render gives it by default).
+// refusedInstances is the gateway's gpujob_gateway_refused_instances of
+// service by reason (nil when its metrics cannot be read).
+func refusedInstances(admin, service string) map[string]int {
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "gpujob_gateway_refused_instances{") || !strings.Contains(line, `service="`+service+`"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, `reason="`)
+		reason, _, ok2 := strings.Cut(rest, `"`)
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if ok && ok2 && err == nil {
+			out[reason] += int(v)
+		}
+	}
+	return out
+}
+
 func (c *cluster) gatewayAdmin(t *testing.T) string {
 	t.Helper()
 	if a := c.env["GPUJOB_GATEWAY_ADMIN_ADDR"]; a != "" {

@@ -154,21 +154,27 @@ func survivors(dirs []string) []proc {
 	return out
 }
 
-// watchForTeardown stops every cluster when the run is interrupted
-// (SIGINT, SIGTERM) or is about to reach go test's -timeout, whose panic
-// would end the process without running any cleanup: the agents, their
-// tasks and dockerd would outlive the run, holding ports and memory. At the
-// deadline the run goes on to its timeout, whose report names the test that
-// hung; the tests still running fail fast against stopped clusters. The
-// returned func stops watching.
-func watchForTeardown() (stop func()) {
+// teardownMargin is how long before go test's -timeout (timeout) the
+// clusters are stopped: enough to stop five clusters, and a tenth of a
+// short timeout, which leaves the tests most of it.
+func teardownMargin(timeout time.Duration) time.Duration { return min(timeout/10, 2*time.Minute) }
+
+// watchForTeardown stops every cluster of running when the run is
+// interrupted (SIGINT, SIGTERM) or margin before go test's timeout (0:
+// none; its -timeout, read by TestMain), whose panic would end the process
+// without running any cleanup: the agents, their tasks and dockerd would
+// outlive the run, holding ports and memory. At the deadline the run goes
+// on to its timeout, whose report names the test that hung; the tests
+// still running fail fast against stopped clusters. The returned func
+// stops watching. The margin is a parameter so that a test can exercise
+// this path with a timeout of seconds (TestTeardownBeforeTimeout).
+func watchForTeardown(timeout, margin time.Duration) (stop func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	// No -timeout: a timer that never fires.
 	deadline := time.NewTimer(time.Duration(math.MaxInt64))
-	if d := testTimeout(); d > 0 {
-		// Enough to stop five clusters; a tenth of a short timeout.
-		deadline.Reset(d - min(d/10, 2*time.Minute))
+	if timeout > 0 {
+		deadline.Reset(timeout - margin)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -183,6 +189,10 @@ func watchForTeardown() (stop func()) {
 			fmt.Fprintln(os.Stderr, "e2e: the -timeout deadline is near: stopping the dev clusters")
 			if err := running.stopAll("the run's -timeout deadline is near; the clusters are stopped"); err != nil {
 				fmt.Fprintln(os.Stderr, "e2e:", err)
+			} else {
+				// Said, so that a log that ends in the timeout's panic
+				// shows the clusters did not outlive the run.
+				fmt.Fprintln(os.Stderr, "e2e: the dev clusters are stopped; the run goes on to its -timeout")
 			}
 		case <-done:
 		}

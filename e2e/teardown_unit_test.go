@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -128,5 +132,141 @@ func TestStopAllKillsAndReportsSurvivors(t *testing.T) {
 	}
 	if err := s.stopAll("again"); err != nil {
 		t.Errorf("a second stopAll: %v", err)
+	}
+}
+
+func TestTeardownMargin(t *testing.T) {
+	for _, c := range []struct{ timeout, want time.Duration }{
+		{30 * time.Minute, 2 * time.Minute},
+		{20 * time.Minute, 2 * time.Minute},
+		{10 * time.Minute, time.Minute},
+		{10 * time.Second, time.Second},
+	} {
+		if got := teardownMargin(c.timeout); got != c.want {
+			t.Errorf("teardownMargin(%s) = %s, want %s", c.timeout, got, c.want)
+		}
+	}
+}
+
+// teardownFixtureEnv makes the test binary a fixture of
+// TestTeardownBeforeTimeout: TestMain runs teardownFixture on the dev state
+// dir the variable names instead of starting a cluster.
+const teardownFixtureEnv = "GPUJOB_E2E_TEARDOWN_FIXTURE"
+
+// The fixture runs under a -timeout of fixtureTimeout and stops its cluster
+// fixtureMargin before it: a second into the run, which leaves the stop
+// (dev-down, then the survivor check) four seconds on a loaded machine
+// before go test's panic, and the whole test takes the timeout's 5 s.
+const (
+	fixtureTimeout = 5 * time.Second
+	fixtureMargin  = 4 * time.Second
+)
+
+// teardownFixture is TestMain as the e2e run's, but with the cluster in dir
+// (made by TestTeardownBeforeTimeout) taken as one this run started, and
+// with fixtureMargin. Its only test hangs, so the run ends in go test's
+// timeout panic.
+func teardownFixture(m *testing.M, dir string) int {
+	flag.Parse() // for -timeout
+	running.mu.Lock()
+	running.clusters = append(running.clusters, &cluster{dir: dir, repo: repoRoot()})
+	running.mu.Unlock()
+	stop := watchForTeardown(testTimeout(), fixtureMargin)
+	defer stop()
+	return m.Run()
+}
+
+// A run that reaches go test's -timeout stops its clusters before the
+// timeout's panic ends the process, and no process of theirs outlives it:
+// the test binary runs as a fixture (teardownFixture) whose cluster is a
+// dev state dir with a stand-in agent in its PID files, under a -timeout of
+// seconds, and hangs in its test.
+func TestTeardownBeforeTimeout(t *testing.T) {
+	if os.Getenv(teardownFixtureEnv) != "" {
+		// The fixture's hung test: it never returns, as an e2e test stuck
+		// on a cluster would, so only the timeout ends the run.
+		select {}
+	}
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "dev")
+	for _, d := range []string{filepath.Join(dir, "pids"), filepath.Join(dir, "config")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// dev-down touches only a dir with dev-up's marker.
+	if err := os.WriteFile(filepath.Join(dir, ".gpujob-dev"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in Consul agent: dev-down trusts a PID file only for a
+	// process whose command line names the state dir, as the agents' do.
+	agent := exec.Command("sleep", "60")
+	agent.Args[0] = filepath.Join(dir, "config", "consul")
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agent.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	if err := os.WriteFile(filepath.Join(dir, "pids", "consul.pid"), []byte(fmt.Sprintf("%d\n", agent.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// A bound far past the fixture's own timeout, for a fixture that
+	// hangs instead of panicking.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fixture := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownBeforeTimeout$", "-test.timeout="+fixtureTimeout.String())
+	fixture.Env = append(os.Environ(), teardownFixtureEnv+"="+dir)
+	var out bytes.Buffer
+	fixture.Stdout, fixture.Stderr = &out, &out // one pipe: the order of the lines holds
+	start := time.Now()
+	err := fixture.Run()
+	took := time.Since(start)
+	defer func() {
+		// Its goroutine dump only when the test failed.
+		text, _, _ := strings.Cut(out.String(), "\ngoroutine ")
+		if t.Failed() {
+			text = out.String()
+		}
+		t.Logf("the fixture ran %s:\n%s", took.Round(time.Millisecond), text)
+	}()
+	if ctx.Err() != nil {
+		t.Fatalf("the fixture was still running after %s, past its -timeout of %s", took, fixtureTimeout)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("the fixture: %v, want it to fail on its timeout", err)
+	}
+
+	// In this order: the deadline, the cluster stopped, the stop checked,
+	// and only then go test's panic.
+	text := out.String()
+	at := 0
+	for _, want := range []string{
+		"e2e: the -timeout deadline is near: stopping the dev clusters",
+		"e2e: stopped the cluster in " + dir,
+		"e2e: the dev clusters are stopped",
+		"panic: test timed out after " + fixtureTimeout.String(),
+	} {
+		i := strings.Index(text[at:], want)
+		if i < 0 {
+			t.Fatalf("the fixture's output has no %q after byte %d (see its output above)", want, at)
+		}
+		at += i + len(want)
+	}
+	if strings.Contains(text, "outlived their stop") {
+		t.Error("dev-down left the stand-in agent for the survivor check to kill")
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("the stand-in agent still runs after the fixture's teardown")
+	}
+	if left := survivors([]string{parent}); len(left) > 0 {
+		t.Errorf("processes of the fixture's cluster outlived it: %v", left)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the cluster's state dir is still there after its stop (%v)", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -95,37 +94,24 @@ func txnKind(req *http.Request) string {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	if os.Getenv(memberEnv) != "" {
+	// A member process of the process benchmark, which -short never runs.
+	if !testing.Short() && os.Getenv(memberEnv) != "" {
 		os.Exit(runMember())
 	}
-	agent, err := testagent.StartConsul("")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rendezvous tests:", err)
-		os.Exit(1)
-	}
-	testAgent.addr = agent.Addr
-	// One transport for every in-process member, with room for as many
-	// connections as members: the benchmark runs 1024 of them.
-	// No gzip, as in the supervisor (consulClient).
-	testAgent.count = &countingTransport{base: &http.Transport{
-		MaxIdleConnsPerHost: 8192,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}}
-	testAgent.client, err = api.NewClient(&api.Config{Address: testAgent.addr, HttpClient: &http.Client{Transport: testAgent.count}})
-	if err != nil {
-		agent.Stop()
-		fmt.Fprintln(os.Stderr, "rendezvous tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	agent.Stop()
-	if server.agent != nil {
-		server.agent.Stop()
-	}
+	code := testagent.Main(m, "", func(a *testagent.Consul) (err error) {
+		testAgent.addr = a.Addr
+		// One transport for every in-process member, with room for as many
+		// connections as members: the benchmark runs 1024 of them.
+		// No gzip, as in the supervisor (consulClient).
+		testAgent.count = &countingTransport{base: &http.Transport{
+			MaxIdleConnsPerHost: 8192,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		}}
+		testAgent.client, err = api.NewClient(&api.Config{Address: testAgent.addr, HttpClient: &http.Client{Transport: testAgent.count}})
+		return err
+	})
+	server.Stop()
 	os.Exit(code)
 }
 
@@ -175,12 +161,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 // server is a real single Consul server with a data directory, for the
 // outage tests, which stop and restart it; started by the first test that
 // needs it (needServer).
-var server struct {
-	once   sync.Once
-	err    error
-	agent  *testagent.Consul
-	client *api.Client
-}
+var server = testagent.Lazy{Server: true, HCL: `session_ttl_min = "1s"`}
 
 // serverTTL is the session TTL of the outage tests (the server accepts TTLs
 // down to 1s, session_ttl_min): short, so that surviving an outage several
@@ -191,18 +172,5 @@ const serverTTL = 5 * time.Second
 
 func needServer(t *testing.T) (*testagent.Consul, *api.Client) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a Consul server; skipped in -short mode")
-	}
-	server.once.Do(func() {
-		server.agent, server.err = testagent.StartConsulServer(`session_ttl_min = "1s"`)
-		if server.err != nil {
-			return
-		}
-		server.client, server.err = api.NewClient(&api.Config{Address: server.agent.Addr})
-	})
-	if server.err != nil {
-		t.Fatalf("consul server: %v", server.err)
-	}
-	return server.agent, server.client
+	return server.Need(t), server.Client(t)
 }

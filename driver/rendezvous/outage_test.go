@@ -88,13 +88,13 @@ func TestConsulRestartMidRound(t *testing.T) {
 		t.Fatalf("sessions changed over the restart: %v -> %v", before, after)
 	}
 	for _, id := range before {
-		if e, _, err := server.client.Session().Info(id, nil); err != nil || e == nil {
+		if e, _, err := server.Client(t).Session().Info(id, nil); err != nil || e == nil {
 			t.Fatalf("session %s gone after the restart: %v", id, err)
 		}
 	}
 	g.doneAll(ctx, rounds)
 	g.closeAll()
-	assertCleanOn(t, server.client, g.runID)
+	assertCleanOn(t, server.Client(t), g.runID)
 }
 
 // (b) A Join started while Consul is down completes once it is back.
@@ -140,7 +140,7 @@ func TestJoinDuringOutage(t *testing.T) {
 	// and both are the same round.
 	g.doneAll(ctx, []*Round{rounds[0], rounds[0]})
 	g.closeAll()
-	assertCleanOn(t, server.client, g.runID)
+	assertCleanOn(t, server.Client(t), g.runID)
 }
 
 // (b') A Join with Consul down for longer than JoinTimeout returns a
@@ -166,10 +166,10 @@ func TestJoinTimeoutDuringOutage(t *testing.T) {
 		t.Fatal(startErr)
 	}
 	g.closeAll()
-	if err := Purge(ctx, server.client, "", g.runID); err != nil {
+	if err := Purge(ctx, server.Client(t), "", g.runID); err != nil {
 		t.Fatal(err)
 	}
-	assertCleanOn(t, server.client, g.runID)
+	assertCleanOn(t, server.Client(t), g.runID)
 }
 
 // (c) A Fail issued while Consul is down takes effect once it is back.
@@ -209,7 +209,7 @@ func TestFailDuringOutage(t *testing.T) {
 	}
 	g.doneAll(ctx, rounds)
 	g.closeAll()
-	assertCleanOn(t, server.client, g.runID)
+	assertCleanOn(t, server.Client(t), g.runID)
 }
 
 // (d) A session destroyed from outside: the member's own Watch reports it,
@@ -220,7 +220,7 @@ func TestSessionLostIsReplaced(t *testing.T) {
 	rounds := g.mustJoin(ctx, g.rs)
 	watches := []<-chan Failure{g.rs[0].Watch(ctx, rounds[0]), g.rs[1].Watch(ctx, rounds[1])}
 	old := g.rs[0].SessionID()
-	if _, err := server.client.Session().Destroy(old, nil); err != nil {
+	if _, err := server.Client(t).Session().Destroy(old, nil); err != nil {
 		t.Fatal(err)
 	}
 	for i, w := range watches {
@@ -241,12 +241,12 @@ func TestSessionLostIsReplaced(t *testing.T) {
 	if now := g.rs[0].SessionID(); now == "" || now == old {
 		t.Fatalf("session after the loss: %q (was %q)", now, old)
 	}
-	if e, _, err := server.client.Session().Info(g.rs[0].SessionID(), nil); err != nil || e == nil {
+	if e, _, err := server.Client(t).Session().Info(g.rs[0].SessionID(), nil); err != nil || e == nil {
 		t.Fatalf("new session not in consul: %v", err)
 	}
 	g.doneAll(ctx, rounds)
 	g.closeAll()
-	assertCleanOn(t, server.client, g.runID)
+	assertCleanOn(t, server.Client(t), g.runID)
 }
 
 // Close after a failed Open does nothing (it used to panic).
@@ -292,13 +292,13 @@ func TestCloseHonoursDeadline(t *testing.T) {
 		t.Fatalf("Close with consul down: %v after %s; want an error after about 1s", err, took)
 	}
 	// The session is left to expire; clear it for the next tests.
-	ss, _, _ := server.client.Session().List(nil)
+	ss, _, _ := server.Client(t).Session().List(nil)
 	for _, s := range ss {
 		if strings.Contains(s.Name, g.runID) {
-			server.client.Session().Destroy(s.ID, nil)
+			server.Client(t).Session().Destroy(s.ID, nil)
 		}
 	}
-	if err := Purge(context.Background(), server.client, "", g.runID); err != nil {
+	if err := Purge(context.Background(), server.Client(t), "", g.runID); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,8 +3,6 @@ package autoscale
 import (
 	"context"
 	"encoding/json"
-	"flag"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -21,19 +19,10 @@ import (
 var consulAddr string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	agent, err := testagent.StartConsul("")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "autoscale tests:", err)
-		os.Exit(1)
-	}
-	consulAddr = agent.Addr
-	code := m.Run()
-	agent.Stop()
-	os.Exit(code)
+	os.Exit(testagent.Main(m, "", func(a *testagent.Consul) error {
+		consulAddr = a.Addr
+		return nil
+	}))
 }
 
 func newClient(t *testing.T) *consulapi.Client {

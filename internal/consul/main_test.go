@@ -2,7 +2,6 @@ package consul
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -17,20 +16,11 @@ import (
 var consulAddr string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
 	// TTLs from 1s, so that sessions in these tests expire quickly.
-	agent, err := testagent.StartConsul(`session_ttl_min = "1s"`)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "consul tests:", err)
-		os.Exit(1)
-	}
-	consulAddr = agent.Addr
-	code := m.Run()
-	agent.Stop()
-	os.Exit(code)
+	os.Exit(testagent.Main(m, `session_ttl_min = "1s"`, func(a *testagent.Consul) error {
+		consulAddr = a.Addr
+		return nil
+	}))
 }
 
 func newClient(t *testing.T) *api.Client {

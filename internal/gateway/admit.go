@@ -87,24 +87,47 @@ type replicaSet struct {
 	addrs   map[string]map[string]bool
 }
 
-// admits reports whether the Consul instance id at addr is a replica, and
-// if not, why.
-func (s *replicaSet) admits(id, addr string) (bool, string) {
+// The reasons an instance is refused, the label of
+// gpujob_gateway_refused_instances. They are few and fixed, unlike the
+// logged explanation, so an operator can tell an attack signal (address:
+// a replica's service ID forged at another address) from a registration
+// outside Nomad or a job squatting on another's name.
+const (
+	// refusedRoute: the route admits nothing (it names no job, Nomad has
+	// no such job, or the job does not claim the route).
+	refusedRoute = "route"
+	// refusedNotNomad: the service ID names no Nomad allocation (an
+	// instance registered straight into Consul).
+	refusedNotNomad = "not_nomad"
+	// refusedAllocation: the ID names an allocation that is not a running
+	// allocation of the route's job (another job's, or a stopped one).
+	refusedAllocation = "allocation"
+	// refusedAddress: the ID names a replica's allocation, but at an
+	// address Nomad did not give it.
+	refusedAddress = "address"
+)
+
+// refusalReasons are the reasons in the order the metrics list them.
+var refusalReasons = []string{refusedRoute, refusedNotNomad, refusedAllocation, refusedAddress}
+
+// admits reports whether the Consul instance id at addr is a replica; if
+// not, which of the refusal reasons applies and, for the log, why.
+func (s *replicaSet) admits(id, addr string) (ok bool, reason, why string) {
 	if s.refusal != "" {
-		return false, s.refusal
+		return false, refusedRoute, s.refusal
 	}
 	alloc, ok := allocOfServiceID(id)
 	if !ok {
-		return false, "its ID names no Nomad allocation"
+		return false, refusedNotNomad, "its ID names no Nomad allocation"
 	}
 	a, ok := s.addrs[alloc]
 	if !ok {
-		return false, "allocation " + alloc + " is not a running allocation of the route's job"
+		return false, refusedAllocation, "allocation " + alloc + " is not a running allocation of the route's job"
 	}
 	if !a[normalizeAddr(addr)] {
-		return false, fmt.Sprintf("Nomad gave allocation %s no port at %s", alloc, addr)
+		return false, refusedAddress, fmt.Sprintf("Nomad gave allocation %s no port at %s", alloc, addr)
 	}
-	return true, ""
+	return true, "", ""
 }
 
 // normalizeAddr writes host:port with the IP in its canonical form, so

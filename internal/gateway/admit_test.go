@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,8 @@ func TestAdmitsOnlyTheReplicasNomadVouchesFor(t *testing.T) {
 	h.waitRoute("m", "", "/m")
 	h.eventually(5*time.Second, "three refused instances", func() bool {
 		s := h.service("m")
-		return s != nil && s.pool.Load().refusedCount.Load() == 3
+		return s != nil && fmt.Sprint(s.pool.Load().refusals()) == fmt.Sprint(map[string]int{
+			refusedNotNomad: 1, refusedAllocation: 1, refusedAddress: 1})
 	})
 	if eps := h.waitEndpoints("m", 1); eps[0].id != realID {
 		t.Fatalf("the pool holds %s, want the real replica %s", eps[0].id, realID)
@@ -82,9 +84,50 @@ func TestAdmitsOnlyTheReplicasNomadVouchesFor(t *testing.T) {
 			t.Errorf("not logged: %q\n%s", want, h.logged())
 		}
 	}
+	// One series per reason, the one that admits nothing at 0.
 	res := h.doAt(h.admin, http.MethodGet, MetricsPath, nil)
-	if want := `gpujob_gateway_refused_instances{namespace="team-a",service="m"} 3`; !strings.Contains(res.body, want+"\n") {
-		t.Errorf("no %s in the metrics", want)
+	for reason, n := range map[string]int{refusedRoute: 0, refusedNotNomad: 1, refusedAllocation: 1, refusedAddress: 1} {
+		want := fmt.Sprintf(`gpujob_gateway_refused_instances{namespace="team-a",reason="%s",service="m"} %d`, reason, n)
+		if !strings.Contains(res.body, want+"\n") {
+			t.Errorf("no %s in the metrics", want)
+		}
+	}
+}
+
+// Each refused instance is counted under the one reason that fits it, so
+// the metric tells a forged replica ID (address) from a registration
+// outside Nomad or another job's allocation.
+func TestRefusalReasons(t *testing.T) {
+	const (
+		alloc = "0f3c2a9e-5b1d-4c2e-9a7f-1234567890ab"
+		other = "1f3c2a9e-5b1d-4c2e-9a7f-1234567890ab"
+		id    = "_nomad-task-" + alloc + "-serve-m-http"
+	)
+	route := replicaSet{loaded: true, addrs: map[string]map[string]bool{alloc: {"10.0.0.1:8000": true}}}
+	for _, c := range []struct {
+		name     string
+		set      replicaSet
+		id, addr string
+		reason   string // "" when admitted
+	}{
+		{"the replica", route, id, "10.0.0.1:8000", ""},
+		{"the replica, its IP spelled otherwise", route, id, "[::ffff:10.0.0.1]:8000", ""},
+		{"a plain Consul registration", route, "m-1", "10.0.0.1:8000", refusedNotNomad},
+		{"another allocation", route, "_nomad-task-" + other + "-serve-m-http", "10.0.0.2:8000", refusedAllocation},
+		{"the replica's ID at another port", route, id, "10.0.0.1:8001", refusedAddress},
+		{"the replica's ID at another host", route, id, "10.0.0.9:8000", refusedAddress},
+		{"a route that admits nothing", replicaSet{loaded: true, refusal: "Nomad has no job j in namespace n"}, id, "10.0.0.1:8000", refusedRoute},
+	} {
+		ok, reason, why := c.set.admits(c.id, c.addr)
+		if ok != (c.reason == "") || reason != c.reason {
+			t.Errorf("%s: admits = %v, %q (%s); want reason %q", c.name, ok, reason, why, c.reason)
+		}
+		if !ok && why == "" {
+			t.Errorf("%s: refused without an explanation for the log", c.name)
+		}
+		if !ok && !slices.Contains(refusalReasons, reason) {
+			t.Errorf("%s: reason %q is not one the metrics list", c.name, reason)
+		}
 	}
 }
 
@@ -110,6 +153,9 @@ func TestARouteServesOnlyAJobThatClaimsIt(t *testing.T) {
 	if !strings.Contains(h.logged(), "admitting no replica: job team-a/"+victimJob+" claims the route of team-a/victim") {
 		t.Errorf("the refusal was not logged:\n%s", h.logged())
 	}
+	h.eventually(5*time.Second, "the instance counted as refused by the route", func() bool {
+		return h.service("m").pool.Load().refusals()[refusedRoute] == 1
+	})
 
 	// A plain job that claims nothing, and no job at all: the same.
 	h.nomad.putJob(h.ns, victimJob, map[string]string{"owner": "someone"})

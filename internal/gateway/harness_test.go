@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,37 +27,13 @@ import (
 // The tests that need Consul share one dev agent, started on first use;
 // each test works under a KV prefix and Consul service names of its own, so
 // they run in parallel.
-var testConsul struct {
-	once   sync.Once
-	agent  *testagent.Consul
-	client *consulapi.Client
-	err    error
-}
+var testConsul testagent.Lazy
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	code := m.Run()
-	if testConsul.agent != nil {
-		testConsul.agent.Stop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testConsul.Main(m)) }
 
 func consulClient(t *testing.T) *consulapi.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a Consul agent")
-	}
-	testConsul.once.Do(func() {
-		testConsul.agent, testConsul.err = testagent.StartConsul("")
-		if testConsul.err == nil {
-			testConsul.client, testConsul.err = consulapi.NewClient(&consulapi.Config{Address: testConsul.agent.Addr})
-		}
-	})
-	if testConsul.err != nil {
-		t.Fatalf("gateway tests need a real Consul: %v", testConsul.err)
-	}
-	return testConsul.client
+	return testConsul.Client(t)
 }
 
 func randomID() string {

@@ -75,8 +75,10 @@ var (
 	endpointsDesc = prometheus.NewDesc("gpujob_gateway_endpoints",
 		"Healthy replicas of a service by version (version=\"\" 0 when it has none).", []string{"namespace", "service", "version"}, nil)
 	refusedDesc = prometheus.NewDesc("gpujob_gateway_refused_instances",
-		"Healthy Consul instances under a service's name and tag that Nomad does not vouch for as replicas of its job, and get no traffic.",
-		[]string{"namespace", "service"}, nil)
+		"Healthy Consul instances under a service's name and tag that Nomad does not vouch for as replicas of its job, and get no traffic, "+
+			"by reason: route (the route's job is missing or does not claim the route), not_nomad (the ID names no Nomad allocation), "+
+			"allocation (not a running allocation of the route's job), address (a replica's ID at an address Nomad did not give it: forged).",
+		[]string{"namespace", "service", "reason"}, nil)
 	allInflightDesc = prometheus.NewDesc("gpujob_gateway_requests_inflight",
 		"Routed requests the gateway holds now, held and still uploading ones included (its --max-inflight bounds it).", nil, nil)
 	bufferedDesc = prometheus.NewDesc("gpujob_gateway_buffered_bytes",
@@ -106,14 +108,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(s.inflight.Load()), s.ns, s.name)
 		ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(s.queued.Load()), s.ns, s.name)
 		byVersion := map[string]int{}
-		refused := int64(0)
+		var refused map[string]int
 		if p := s.pool.Load(); p != nil {
 			for _, e := range p.snapshot().eps {
 				byVersion[e.version]++
 			}
-			refused = p.refusedCount.Load()
+			refused = p.refusals()
 		}
-		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused), s.ns, s.name)
+		// Every reason, 0 included, so that an alert on one reason (or a
+		// test waiting for it) finds its series from the start.
+		for _, r := range refusalReasons {
+			ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused[r]), s.ns, s.name, r)
+		}
 		if len(byVersion) == 0 {
 			byVersion[""] = 0
 		}

@@ -75,8 +75,9 @@ type pool struct {
 	healthOK bool // the health query has answered
 	replicas replicaSet
 	refused  map[string]string // instance "id@addr" -> the reason logged
-	// refusedCount is the healthy instances left out, for the metrics.
-	refusedCount atomic.Int64
+	// refusedBy is the healthy instances left out by refusal reason, for
+	// the metrics: replaced whole on each update, never changed in place.
+	refusedBy atomic.Pointer[map[string]int]
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -180,13 +181,17 @@ func (p *pool) update() {
 	eps := make([]*endpoint, 0, len(p.entries))
 	seen := make(map[string]bool, len(p.entries))
 	refused := map[string]string{}
+	refusedBy := map[string]int{}
 	for _, en := range p.entries {
 		ep := endpointOf(en)
 		if ep == nil || seen[ep.id] {
 			continue
 		}
-		if ok, why := p.replicas.admits(ep.id, ep.addr); !ok {
+		if ok, reason, why := p.replicas.admits(ep.id, ep.addr); !ok {
 			key := ep.id + "@" + ep.addr
+			if _, counted := refused[key]; !counted {
+				refusedBy[reason]++
+			}
 			refused[key] = why
 			if p.refused[key] != why {
 				p.g.logf("gateway: pool %s: refusing consul instance %s at %s: %s", p.svc.key, ep.id, ep.addr, why)
@@ -204,7 +209,7 @@ func (p *pool) update() {
 		eps = append(eps, ep)
 	}
 	p.refused = refused
-	p.refusedCount.Store(int64(len(refused)))
+	p.refusedBy.Store(&refusedBy)
 	sort.Slice(eps, func(i, j int) bool { return eps[i].id < eps[j].id })
 	if cur.loaded && sameEndpoints(cur.eps, eps) {
 		return
@@ -212,6 +217,15 @@ func (p *pool) update() {
 	p.setState(eps, true, false)
 	p.g.metrics.poolUpdated(p.svc)
 	p.g.logf("gateway: pool %s: %d healthy endpoint(s)%s", p.svc.key, len(eps), describeVersions(eps))
+}
+
+// refusals is the healthy instances the pool leaves out now, by refusal
+// reason (nil before its first update).
+func (p *pool) refusals() map[string]int {
+	if m := p.refusedBy.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // endpointOf is a health entry's endpoint, nil when it has no address.

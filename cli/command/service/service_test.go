@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,36 +25,13 @@ import (
 
 var epoch = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-var shared struct {
-	once   sync.Once
-	agent  *testagent.Consul
-	client *consul.Client
-	err    error
-}
+var shared testagent.Lazy
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.agent != nil {
-		shared.agent.Stop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
 func consulClient(t *testing.T) *consul.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a Consul agent (-short)")
-	}
-	shared.once.Do(func() {
-		shared.agent, shared.err = testagent.StartConsul("")
-		if shared.err == nil {
-			shared.client, shared.err = consul.NewClient(&consul.Config{Address: shared.agent.Addr})
-		}
-	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.client
+	return shared.Client(t)
 }
 
 var (

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,36 +30,13 @@ var epoch = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // The tests share one real Consul agent: the sweep commands keep
 // everything there.
-var shared struct {
-	once   sync.Once
-	agent  *testagent.Consul
-	client *consul.Client
-	err    error
-}
+var shared testagent.Lazy
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.agent != nil {
-		shared.agent.Stop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
 func consulClient(t *testing.T) *consul.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a Consul agent (-short)")
-	}
-	shared.once.Do(func() {
-		shared.agent, shared.err = testagent.StartConsul("")
-		if shared.err == nil {
-			shared.client, shared.err = consul.NewClient(&consul.Config{Address: shared.agent.Addr})
-		}
-	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.client
+	return shared.Client(t)
 }
 
 // parseFake stands in for the agent's parser: the job's ID and meta are

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -27,26 +26,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
 	// TTLs down to 1 s, so a test can wait for a session to expire.
-	agent, err := testagent.StartConsul(`session_ttl_min = "1s"`)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sweep controller tests:", err)
-		os.Exit(1)
-	}
-	consulAddress = agent.Addr
-	consulClient, err = api.NewClient(&api.Config{Address: agent.Addr})
-	if err != nil {
-		agent.Stop()
-		fmt.Fprintln(os.Stderr, "sweep controller tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	agent.Stop()
-	os.Exit(code)
+	os.Exit(testagent.Main(m, `session_ttl_min = "1s"`, func(a *testagent.Consul) (err error) {
+		consulAddress = a.Addr
+		consulClient, err = api.NewClient(&api.Config{Address: a.Addr})
+		return err
+	}))
 }
 
 func needConsul(t *testing.T) *api.Client {

@@ -3,7 +3,6 @@ package report
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -29,19 +28,10 @@ var consulAddr string
 const testTTL = 2 * time.Second
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	agent, err := testagent.StartConsul(`session_ttl_min = "1s"`)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "report tests:", err)
-		os.Exit(1)
-	}
-	consulAddr = agent.Addr
-	code := m.Run()
-	agent.Stop()
-	os.Exit(code)
+	os.Exit(testagent.Main(m, `session_ttl_min = "1s"`, func(a *testagent.Consul) error {
+		consulAddr = a.Addr
+		return nil
+	}))
 }
 
 // writeCounter counts the requests that write a key (PUT /v1/kv/…) and
