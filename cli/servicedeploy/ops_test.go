@@ -146,4 +146,3 @@ func TestRollbackTarget(t *testing.T) {
 		t.Error("found a target among same-label and unstable versions")
 	}
 }
-

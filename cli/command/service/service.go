@@ -3,7 +3,6 @@
 package service
 
 import (
-
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
