@@ -226,8 +226,12 @@ func BenchmarkScrape64x8(b *testing.B) {
 			if err != nil {
 				b.Fatalf("observe.Once: %v", err)
 			}
-			if n := len(s.Nodes) * perNode; n != nodes*perNode {
-				b.Fatalf("observe.Once: %d GPUs", n)
+			n := 0
+			for _, node := range s.Nodes {
+				n += len(node.GPUs)
+			}
+			if n != nodes*perNode {
+				b.Fatalf("observe.Once: %d GPUs, want %d", n, nodes*perNode)
 			}
 		})
 	}
