@@ -19,8 +19,13 @@ const (
 	KindService = contract.KindService
 )
 
-// attrFake marks the device plugin's fake GPUs.
-const attrFake = "fake"
+// Device attributes of the fingerprint: attrFake marks the device
+// plugin's fake GPUs, attrMemory is the memory `gpu { min_memory }`
+// constrains.
+const (
+	attrFake   = "fake"
+	attrMemory = gpuMemoryAttr
+)
 
 // Inputs is what a snapshot is assembled from: the answers of the
 // blocking queries and the stats read for it.
@@ -160,12 +165,13 @@ func gpusOf(n *api.NodeListStub, holders map[string]*Holder, hs *api.HostStats) 
 			continue
 		}
 		fake := gpujobs.AttrBool(d.Attributes[attrFake])
+		mem := gpujobs.AttrInt(d.Attributes[attrMemory])
 		for _, inst := range d.Instances {
 			if inst == nil {
 				continue
 			}
 			g := GPU{UUID: inst.ID, Vendor: d.Vendor, Model: d.Name, Fake: fake, Healthy: inst.Healthy,
-				HealthDescription: inst.HealthDescription, Holder: holders[inst.ID]}
+				HealthDescription: inst.HealthDescription, MemoryMiB: mem, Holder: holders[inst.ID]}
 			if ds := gpujobs.InstanceStats(hs, d.Vendor, d.Name, inst.ID); ds != nil && ds.Stats != nil {
 				applyStats(&g, ds.Stats.Attributes)
 			}
@@ -180,6 +186,7 @@ func gpusOf(n *api.NodeListStub, holders map[string]*Holder, hs *api.HostStats) 
 }
 
 func applyStats(g *GPU, at map[string]*api.StatValue) {
+	g.Stats = at
 	g.UtilPct, _ = gpujobs.StatNum(at[contract.StatGPUUtil])
 	g.MemUtilPct, _ = gpujobs.StatNum(at[contract.StatMemUtil])
 	g.MemUsedMiB, g.MemTotalMiB = gpujobs.StatNum(at[contract.StatMemory])

@@ -11,7 +11,11 @@
 // GPUs, never one per GPU.
 package observe
 
-import "time"
+import (
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
 
 // Snapshot is the cluster at one moment.
 type Snapshot struct {
@@ -53,6 +57,9 @@ type GPU struct {
 	Healthy bool   `json:"healthy"`
 	// HealthDescription says why an unhealthy device is unhealthy.
 	HealthDescription string `json:"health_description,omitempty"`
+	// MemoryMiB is the device group's memory attribute, nil when the
+	// fingerprint has none.
+	MemoryMiB *int64 `json:"memory_mib,omitempty"`
 
 	UtilPct        *float64 `json:"util_pct"`
 	MemUtilPct     *float64 `json:"mem_util_pct"`
@@ -71,6 +78,12 @@ type GPU struct {
 
 	// Holder is the live allocation the GPU is reserved to, or nil.
 	Holder *Holder `json:"holder"`
+
+	// Stats are the device's stats as the device plugin gave them (nil
+	// when not read): a view tells a value the device cannot give (a
+	// string, "N/A") from one it has no stats for, which the numbers
+	// above both leave nil.
+	Stats map[string]*api.StatValue `json:"-"`
 }
 
 // Holder is the allocation (and task) holding a GPU.

@@ -13,11 +13,7 @@ import (
 var known = []Edge{}
 
 // knownInTests are the violations of the module's tests.
-var knownInTests = []Edge{
-	// BenchmarkScrape64x8 times the exporter against `gpujob gpus`'
-	// collection of the same cluster (BENCHMARKS.md).
-	{"cli/observe/metrics", "cli/command/gpus"},
-}
+var knownInTests = []Edge{}
 
 // goList runs go list with args in the module's root.
 func goList(t *testing.T, args ...string) []Package {

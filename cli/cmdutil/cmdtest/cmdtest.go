@@ -6,6 +6,7 @@ package cmdtest
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,28 @@ func CheckOptions[O any](t *testing.T, newCmd NewCmd[O], cases []Case[O], bad ..
 	for _, args := range bad {
 		if got, err := Parse(newCmd, args); err == nil || got != nil {
 			t.Errorf("%q: error %v, ran with %+v; want an error before running", args, err, got)
+		}
+	}
+}
+
+// Refusal is arguments a command refuses before it runs, and a part of
+// the error users see for them.
+type Refusal struct {
+	Args []string
+	Err  string
+}
+
+// CheckRefusals checks that each refusal's arguments are refused before
+// the command would run, with an error that says what its Err says.
+func CheckRefusals[O any](t *testing.T, newCmd NewCmd[O], refusals ...Refusal) {
+	t.Helper()
+	for _, r := range refusals {
+		got, err := Parse(newCmd, r.Args)
+		switch {
+		case got != nil:
+			t.Errorf("%q ran with %+v; want it refused: %s", r.Args, got, r.Err)
+		case err == nil || !strings.Contains(err.Error(), r.Err):
+			t.Errorf("%q: error %v, want one saying %q", r.Args, err, r.Err)
 		}
 	}
 }

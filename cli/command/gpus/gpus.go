@@ -9,22 +9,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
-	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
 	"github.com/gpujob/gpujob/internal/contract"
-)
-
-// Device attributes read from the fingerprint.
-const (
-	AttrMemory = "memory"
-	AttrFake   = "fake"
 )
 
 // Report is what `gpujob gpus --json` prints.
@@ -33,6 +25,8 @@ type Report struct {
 	Totals []Total `json:"totals"`
 	// Warnings are what could not be read (a node's stats), not fatal.
 	Warnings []string `json:"warnings"`
+
+	free map[string]int // healthy and unheld GPUs by model, for the table
 }
 
 // GPU is one device instance of a node.
@@ -108,58 +102,59 @@ that node).`,
   gpujob gpus --json | jq '.gpus[] | select(.holder == null and .healthy) | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
 			if runF != nil {
-				return runF(cmd.Context(), o)
+				return runF(ctx, o)
 			}
-			nomad, err := f.Nomad()
-			if err != nil {
-				return err
-			}
-			r, err := Collect(nomad)
-			if err != nil {
-				return err
-			}
-			if o.JSON {
-				return gpujobs.PrintJSON(f.IO.Out, r)
-			}
-			return printReport(f.IO.Out, f.IO.ErrOut, r)
+			return run(ctx, f, o)
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
-// Collect reads every node's GPUs, stats and holders.
-func Collect(nomad nomadapi.API) (*Report, error) {
-	stubs, _, err := nomad.Nodes(nil)
+func run(ctx context.Context, f *factory.Factory, o *Options) error {
+	nomad, err := f.Nomad()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	type nodeResult struct {
-		gpus     []GPU
-		warnings []string
-		err      error
+	snap, err := observe.Once(ctx, observe.Config{Nomad: nomad})
+	if err != nil {
+		return err
 	}
-	results := make([]nodeResult, len(stubs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i, s := range stubs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			results[i].gpus, results[i].warnings, results[i].err = node(nomad, s)
-		}()
+	r := FromSnapshot(snap)
+	if o.JSON {
+		return gpujobs.PrintJSON(f.IO.Out, r)
 	}
-	wg.Wait()
-	r := &Report{GPUs: []GPU{}, Totals: []Total{}, Warnings: []string{}}
-	for _, nr := range results {
-		if nr.err != nil {
-			return nil, nr.err
+	return printReport(f.IO.Out, f.IO.ErrOut, r)
+}
+
+// FromSnapshot is the report of a snapshot of the cluster: its GPUs, by
+// node, model and UUID, with the holders and per-model counts the
+// snapshot has (the inventory `top` and the exporter show too, so they
+// agree on who holds a GPU and how many are free).
+func FromSnapshot(s *observe.Snapshot) *Report {
+	r := &Report{GPUs: []GPU{}, Totals: []Total{}, Warnings: []string{}, free: map[string]int{}}
+	for _, n := range s.Nodes {
+		switch {
+		case n.Status != "ready":
+			r.Warnings = append(r.Warnings, fmt.Sprintf("node %s is %s: no GPU stats", n.Name, n.Status))
+		case n.StatsErr != "":
+			r.Warnings = append(r.Warnings, fmt.Sprintf("node %s: %s", n.Name, n.StatsErr))
 		}
-		r.GPUs = append(r.GPUs, nr.gpus...)
-		r.Warnings = append(r.Warnings, nr.warnings...)
+		for _, g := range n.GPUs {
+			gpu := GPU{Node: n.Name, NodeID: n.ID, NodeStatus: n.Status, ID: g.UUID, Vendor: g.Vendor, Model: g.Model,
+				MemoryMiB: g.MemoryMiB, Fake: g.Fake, Healthy: g.Healthy, HealthDescription: g.HealthDescription,
+				UtilizationPct: g.UtilPct, MemoryUsedMiB: g.MemUsedMiB, MemoryTotalMiB: g.MemTotalMiB,
+				TemperatureC: g.TempC, PowerW: g.PowerW, PowerLimitW: g.PowerLimitW, stats: g.Stats}
+			if h := g.Holder; h != nil {
+				gpu.Holder = &Holder{AllocID: h.AllocID, AllocName: h.AllocName, JobID: h.JobID, Namespace: h.Namespace, Task: h.Task}
+			}
+			r.GPUs = append(r.GPUs, gpu)
+		}
 	}
 	sort.SliceStable(r.GPUs, func(i, j int) bool {
 		a, b := r.GPUs[i], r.GPUs[j]
@@ -171,97 +166,11 @@ func Collect(nomad nomadapi.API) (*Report, error) {
 		}
 		return a.ID < b.ID
 	})
-	totals := map[string]*Total{}
-	for _, g := range r.GPUs {
-		t, ok := totals[g.Model]
-		if !ok {
-			t = &Total{Model: g.Model}
-			totals[g.Model] = t
-		}
-		t.Count++
-		if g.Healthy {
-			t.Healthy++
-		}
-		if g.Holder != nil {
-			t.InUse++
-		}
-		if g.Fake {
-			t.Fake++
-		}
+	for _, t := range s.Totals() {
+		r.Totals = append(r.Totals, Total{Model: t.Model, Count: t.Count, Healthy: t.Healthy, InUse: t.InUse, Fake: t.Fake})
+		r.free[t.Model] = t.Free
 	}
-	for _, t := range totals {
-		r.Totals = append(r.Totals, *t)
-	}
-	sort.Slice(r.Totals, func(i, j int) bool { return r.Totals[i].Model < r.Totals[j].Model })
-	return r, nil
-}
-
-// node reads one node's GPUs. Its stats are optional (a down node has
-// none): their failure is a warning.
-func node(nomad nomadapi.API, s *api.NodeListStub) ([]GPU, []string, error) {
-	n, err := nomad.Node(s.ID)
-	if err != nil {
-		return nil, nil, err
-	}
-	if n.NodeResources == nil {
-		return nil, nil, nil
-	}
-	var gpus []GPU
-	for _, d := range n.NodeResources.Devices {
-		if d == nil || d.Type != "gpu" {
-			continue
-		}
-		mem := gpujobs.AttrInt(d.Attributes[AttrMemory])
-		fake := gpujobs.AttrBool(d.Attributes[AttrFake])
-		for _, inst := range d.Instances {
-			if inst == nil {
-				continue
-			}
-			gpus = append(gpus, GPU{
-				Node: n.Name, NodeID: n.ID, NodeStatus: n.Status, ID: inst.ID, Vendor: d.Vendor, Model: d.Name,
-				MemoryMiB: mem, Fake: fake, Healthy: inst.Healthy, HealthDescription: inst.HealthDescription,
-			})
-		}
-	}
-	if len(gpus) == 0 {
-		return nil, nil, nil
-	}
-
-	allocs, err := nomad.NodeAllocations(n.ID)
-	if err != nil {
-		return nil, nil, err
-	}
-	holders := observe.DeviceHolders(observe.AllocStubs(allocs), nil)
-	for i := range gpus {
-		if h, ok := holders[gpus[i].ID]; ok {
-			gpus[i].Holder = &Holder{AllocID: h.AllocID, AllocName: h.AllocName, JobID: h.JobID, Namespace: h.Namespace, Task: h.Task}
-		}
-	}
-
-	var warnings []string
-	if n.Status != "ready" {
-		warnings = append(warnings, fmt.Sprintf("node %s is %s: no GPU stats", n.Name, n.Status))
-		return gpus, warnings, nil
-	}
-	hs, err := nomad.NodeStats(n.ID)
-	if err != nil {
-		warnings = append(warnings, fmt.Sprintf("node %s: %v", n.Name, err))
-		return gpus, warnings, nil
-	}
-	for i := range gpus {
-		g := &gpus[i]
-		ds := gpujobs.InstanceStats(hs, g.Vendor, g.Model, g.ID)
-		if ds == nil || ds.Stats == nil {
-			continue
-		}
-		at := ds.Stats.Attributes
-		g.stats = at
-		g.UtilizationPct, _ = gpujobs.StatNum(at[contract.StatGPUUtil])
-		g.MemoryUsedMiB, g.MemoryTotalMiB = gpujobs.StatNum(at[contract.StatMemory])
-		g.TemperatureC, _ = gpujobs.StatNum(at[contract.StatTemperature])
-		g.PowerW, g.PowerLimitW = gpujobs.StatNum(at[contract.StatPower])
-	}
-	return gpus, warnings, nil
+	return r
 }
 
 func printReport(w, errw io.Writer, r *Report) error {
@@ -320,13 +229,7 @@ func printReport(w, errw io.Writer, r *Report) error {
 		if to.Fake == to.Count {
 			model += " (fake)"
 		}
-		free := 0
-		for _, g := range r.GPUs {
-			if g.Model == to.Model && g.Healthy && g.Holder == nil {
-				free++
-			}
-		}
-		tt.Row(model, strconv.Itoa(to.Count), strconv.Itoa(to.Healthy), strconv.Itoa(to.InUse), strconv.Itoa(free))
+		tt.Row(model, strconv.Itoa(to.Count), strconv.Itoa(to.Healthy), strconv.Itoa(to.InUse), strconv.Itoa(r.free[to.Model]))
 	}
 	return tt.Flush()
 }

@@ -150,3 +150,47 @@ func TestGPUsErrorsAndEmpty(t *testing.T) {
 		t.Errorf("agent error: %v", err)
 	}
 }
+
+// gpus counts holders by the rule every view shares (observe.HoldsDevices,
+// Nomad's): a pending allocation and one told to stop but still running
+// hold their GPUs; a lost one does not. Its totals are the inventory's.
+func TestGPUsHoldersAreTheInventorys(t *testing.T) {
+	f := nomadapi.NewFake()
+	n1 := fixture.Node("n1", "node-1", "Tesla T4", 15360, true,
+		fixture.GPU{ID: g1, Healthy: true}, fixture.GPU{ID: g2, Healthy: true}, fixture.GPU{ID: g3, Healthy: true})
+	f.SetNode(n1)
+	job := fixture.TrainJob("bert", 3, 1)
+	f.SetJob(job)
+	f.SetAlloc(fixture.Alloc(job, "aaaaaaaa-1", 0, n1, "pending", []string{g1}))
+	stopping := fixture.Alloc(job, "bbbbbbbb-1", 1, n1, "running", []string{g2})
+	stopping.DesiredStatus = "stop"
+	f.SetAlloc(stopping)
+	f.SetAlloc(fixture.Alloc(job, "cccccccc-1", 2, n1, "lost", []string{g3}))
+	out, _, err := execute(t, f, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	held := map[string]string{}
+	for _, g := range r.GPUs {
+		if g.Holder != nil {
+			held[g.ID] = g.Holder.AllocID
+		}
+	}
+	if len(held) != 2 || held[g1] != "aaaaaaaa-1" || held[g2] != "bbbbbbbb-1" {
+		t.Errorf("holders %v; want g1 by the pending allocation and g2 by the stopping one", held)
+	}
+	if len(r.Totals) != 1 || r.Totals[0] != (Total{Model: "Tesla T4", Count: 3, Healthy: 3, InUse: 2, Fake: 3}) {
+		t.Errorf("totals: %+v", r.Totals)
+	}
+	text, _, err := execute(t, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if norm := strings.Join(strings.Fields(text), " "); !strings.Contains(norm, "Tesla T4 (fake) 3 3 2 1") {
+		t.Errorf("the totals row lacks 1 free GPU:\n%s", text)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/cmdutil"
@@ -14,9 +13,22 @@ import (
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
-func newRollbackCmd(f *factory.Factory) *cobra.Command {
-	var to int64
-	var detach bool
+// RollbackOptions is what `service rollback`'s arguments and flags ask for.
+type RollbackOptions struct {
+	// Name is the service (the argument).
+	Name string
+	// ToVersion is the Nomad job version to go back to; -1 (the default)
+	// lets rollback pick the newest stable one serving another version.
+	ToVersion int64
+	Detach    bool
+}
+
+func newRollbackCmd(f *factory.Factory) *cobra.Command { return NewRollbackCmd(f, nil) }
+
+// NewRollbackCmd is the command running runF instead when runF is not nil:
+// a test checks the Options the arguments parse into without running.
+func NewRollbackCmd(f *factory.Factory, runF func(context.Context, *RollbackOptions) error) *cobra.Command {
+	o := &RollbackOptions{}
 	cmd := &cobra.Command{
 		Use:   "rollback NAME",
 		Short: "Roll a service back to its previous good version",
@@ -28,85 +40,47 @@ than the current one.`,
   gpujob service rollback bert-clf --to-version 3`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			nomad, err := f.Nomad()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(ctx, o)
 			}
-			if _, err := loadService(nomad, args[0]); err != nil {
-				return err
-			}
-			versions, err := nomad.JobVersions(args[0])
-			if err != nil {
-				return err
-			}
-			target, err := rollbackTarget(versions, to)
-			if err != nil {
-				return fmt.Errorf("service %s: %w", args[0], err)
-			}
-			reg, err := nomad.Revert(args[0], deref(target.Version))
-			if err != nil {
-				return err
-			}
-			// The route of the version it goes back to (its job meta).
-			store, err := servestore.Open(f)
-			if err != nil {
-				return err
-			}
-			if err := servicedeploy.PutRouteOf(ctx, store, target); err != nil {
-				fmt.Fprintf(f.IO.ErrOut, "gpujob: the gateway route stays as it was: %v\n", err)
-			}
-			fmt.Fprintf(f.IO.Out, "rolling %s back to %s (job version %d), evaluation %s\n",
-				args[0], target.Meta[contract.MetaVersion], deref(target.Version), shortOr(reg.EvalID))
-			if detach {
-				return nil
-			}
-			cur, err := nomad.Job(args[0])
-			if err != nil {
-				return err
-			}
-			d, err := servicedeploy.Watch(ctx, nomad, args[0], deref(cur.Version), progressTo(f.IO.Out, false))
-			if err != nil {
-				return err
-			}
-			if d != nil && d.Status != api.DeploymentStatusSuccessful {
-				return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("rollback of %s %s: %s", args[0], d.Status, d.StatusDescription)}
-			}
-			fmt.Fprintf(f.IO.Out, "%s serves %s again\n", args[0], target.Meta[contract.MetaVersion])
-			return nil
+			return runRollback(ctx, f, o)
 		},
 	}
-	cmd.Flags().Int64Var(&to, "to-version", -1, "the Nomad job `version` to go back to")
-	cmd.Flags().BoolVar(&detach, "detach", false, "return once the rollback is registered")
+	cmd.Flags().Int64Var(&o.ToVersion, "to-version", -1, "the Nomad job `version` to go back to")
+	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the rollback is registered")
 	return cmd
 }
 
-// rollbackTarget is the version to go back to: to when given (it must not
-// be the current one), else the newest stable one that serves another
-// version than the current. versions is newest first.
-func rollbackTarget(versions []*api.Job, to int64) (*api.Job, error) {
-	if len(versions) == 0 {
-		return nil, fmt.Errorf("no job versions")
+func runRollback(ctx context.Context, f *factory.Factory, o *RollbackOptions) error {
+	nomad, err := f.Nomad()
+	if err != nil {
+		return err
 	}
-	cur := versions[0]
-	if to >= 0 {
-		if uint64(to) == deref(cur.Version) {
-			return nil, fmt.Errorf("job version %d is the current one", to)
-		}
-		for _, v := range versions {
-			if deref(v.Version) == uint64(to) {
-				return v, nil
-			}
-		}
-		return nil, fmt.Errorf("no job version %d (Nomad keeps the last few)", to)
+	store, err := servestore.Open(f)
+	if err != nil {
+		return err
 	}
-	for _, v := range versions[1:] {
-		if deref(v.Stable) && v.Meta[contract.MetaVersion] != cur.Meta[contract.MetaVersion] {
-			return v, nil
-		}
+	rb, err := servicedeploy.Rollback(ctx, nomad, store, o.Name, o.ToVersion)
+	if err != nil {
+		return err
 	}
-	return nil, fmt.Errorf("no earlier stable version serves another version than %s; name one with --to-version", cur.Meta[contract.MetaVersion])
+	if rb.RouteErr != nil {
+		fmt.Fprintf(f.IO.ErrOut, "gpujob: the gateway route stays as it was: %v\n", rb.RouteErr)
+	}
+	label := rb.Target.Meta[contract.MetaVersion]
+	fmt.Fprintf(f.IO.Out, "rolling %s back to %s (job version %d), evaluation %s\n",
+		o.Name, label, deref(rb.Target.Version), shortOr(rb.EvalID))
+	if o.Detach {
+		return nil
+	}
+	if err := servicedeploy.AwaitRollback(ctx, nomad, o.Name, progressTo(f.IO.Out, false)); err != nil {
+		return &cmdutil.ExitError{Code: 1, Err: err}
+	}
+	fmt.Fprintf(f.IO.Out, "%s serves %s again\n", o.Name, label)
+	return nil
 }

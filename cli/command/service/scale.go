@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -8,11 +9,23 @@ import (
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
-	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
-func newScaleCmd(f *factory.Factory) *cobra.Command {
+// ScaleOptions is what `service scale`'s arguments ask for.
+type ScaleOptions struct {
+	// Name is the service (the first argument).
+	Name string
+	// Count is the replica count (the second argument), 0 or more.
+	Count int
+}
+
+func newScaleCmd(f *factory.Factory) *cobra.Command { return NewScaleCmd(f, nil) }
+
+// NewScaleCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewScaleCmd(f *factory.Factory, runF func(context.Context, *ScaleOptions) error) *cobra.Command {
+	o := &ScaleOptions{}
 	cmd := &cobra.Command{
 		Use:   "scale NAME COUNT",
 		Short: "Set a service's replica count (within its replicas { min max })",
@@ -27,36 +40,29 @@ away from it again as the load says.`,
 			if err != nil || n < 0 {
 				return fmt.Errorf("COUNT must be a whole number of replicas, 0 or more, not %q", args[1])
 			}
-			nomad, err := f.Nomad()
-			if err != nil {
-				return err
+			o.Name, o.Count = args[0], n
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			job, err := loadService(nomad, args[0])
-			if err != nil {
-				return err
-			}
-			g := servicedeploy.Group(job)
-			if g == nil {
-				return fmt.Errorf("service %s has no %q group; was it deployed by gpujob?", args[0], render.ServiceGroup)
-			}
-			if p := g.Scaling; p != nil && p.Min != nil && p.Max != nil && (int64(n) < *p.Min || int64(n) > *p.Max) {
-				return fmt.Errorf("service %s runs %d to %d replicas (its replicas { min max }); %d is outside; change the spec and deploy to widen it",
-					args[0], *p.Min, *p.Max, n)
-			}
-			was := deref(g.Count)
-			if was == n {
-				// A scale to the same count is still a new job version
-				// and deployment in Nomad: skip it.
-				fmt.Fprintf(f.IO.Out, "%s runs %d replica(s) already\n", args[0], n)
-				return nil
-			}
-			reg, err := nomad.ScaleGroup(args[0], render.ServiceGroup, n, "gpujob service scale")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "scaled %s from %d to %d replica(s), evaluation %s\n", args[0], was, n, gpujobs.ShortID(reg.EvalID))
-			return nil
+			return runScale(f, o)
 		},
 	}
 	return cmd
+}
+
+func runScale(f *factory.Factory, o *ScaleOptions) error {
+	nomad, err := f.Nomad()
+	if err != nil {
+		return err
+	}
+	sc, err := servicedeploy.Scale(nomad, o.Name, o.Count)
+	if err != nil {
+		return err
+	}
+	if sc.EvalID == "" {
+		fmt.Fprintf(f.IO.Out, "%s runs %d replica(s) already\n", o.Name, o.Count)
+		return nil
+	}
+	fmt.Fprintf(f.IO.Out, "scaled %s from %d to %d replica(s), evaluation %s\n", o.Name, sc.Was, sc.Count, gpujobs.ShortID(sc.EvalID))
+	return nil
 }

@@ -3,18 +3,12 @@
 package service
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
-	"github.com/gpujob/gpujob/cli/gpujobs"
-	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
-	"github.com/gpujob/gpujob/internal/contract"
 )
 
 // NewCmd returns the service command and its subcommands.
@@ -55,25 +49,6 @@ CONSUL_HTTP_TOKEN, ...); the gateway's address is $GPUJOB_GATEWAY_ADDR or
 
 func addGatewayFlag(cmd *cobra.Command, dst *string) {
 	cmd.Flags().StringVar(dst, "gateway", "", "the gpujob gateway's `URL` (default $"+gatewayclient.EnvGateway+", else "+gatewayclient.DefaultGateway+")")
-}
-
-// errNoService is loadService's answer when Nomad has no such job.
-var errNoService = errors.New("not found")
-
-// loadService reads a job and refuses one that is not a gpujob service.
-func loadService(nomad nomadapi.API, name string) (*api.Job, error) {
-	job, err := nomad.Job(name)
-	if err != nil && !gpujobs.IsNotFound(err) {
-		return nil, err
-	}
-	if job == nil {
-		return nil, fmt.Errorf("service %q %w in Nomad at %s", name, errNoService, nomad.Address())
-	}
-	if !servicedeploy.IsService(job) {
-		return nil, fmt.Errorf("job %q is not a gpujob service (its meta has no %s = %q); use `nomad job status %s`",
-			name, contract.MetaKind, contract.KindService, name)
-	}
-	return job, nil
 }
 
 // IsService reports whether job is a gpujob service's.

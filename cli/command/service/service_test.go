@@ -223,37 +223,6 @@ func TestScaleStaysWithinTheBounds(t *testing.T) {
 	}
 }
 
-func TestRollbackTarget(t *testing.T) {
-	job := func(v uint64, label string, stable bool) *api.Job {
-		return &api.Job{Version: &v, Stable: &stable, Meta: map[string]string{contract.MetaVersion: label}}
-	}
-	versions := []*api.Job{job(4, "v3", false), job(3, "v2", true), job(2, "v2", true), job(1, "v1", true)}
-	for _, c := range []struct {
-		to      int64
-		want    uint64
-		wantErr string
-	}{
-		{-1, 3, ""},
-		{1, 1, ""},
-		{4, 0, "is the current one"},
-		{9, 0, "no job version 9"},
-	} {
-		got, err := rollbackTarget(versions, c.to)
-		switch {
-		case c.wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("to %d: err %v, want %q", c.to, err, c.wantErr)
-			}
-		case err != nil || *got.Version != c.want:
-			t.Errorf("to %d: got %v %v, want version %d", c.to, got, err, c.want)
-		}
-	}
-	// Only unstable or same-label versions: nothing to go back to.
-	if _, err := rollbackTarget([]*api.Job{job(2, "v2", true), job(1, "v2", true), job(0, "v1", false)}, -1); err == nil {
-		t.Error("found a target among same-label and unstable versions")
-	}
-}
-
 func TestStopKeepsTokensUnlessPurged(t *testing.T) {
 	c := consulClient(t)
 	f := newFake()

@@ -1,17 +1,30 @@
 package service
 
 import (
-	"errors"
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/servestore"
+	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
-func newStopCmd(f *factory.Factory) *cobra.Command {
-	var purge bool
+// StopOptions is what `service stop`'s arguments and flags ask for.
+type StopOptions struct {
+	// Name is the service (the argument).
+	Name string
+	// Purge also removes its tokens and the job's history.
+	Purge bool
+}
+
+func newStopCmd(f *factory.Factory) *cobra.Command { return NewStopCmd(f, nil) }
+
+// NewStopCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewStopCmd(f *factory.Factory, runF func(context.Context, *StopOptions) error) *cobra.Command {
+	o := &StopOptions{}
 	cmd := &cobra.Command{
 		Use:   "stop NAME",
 		Short: "Stop a service: its route first, then its replicas",
@@ -23,56 +36,44 @@ them and the job's history.`,
   gpujob service stop --purge bert-clf`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
 			ctx := cmd.Context()
-			nomad, err := f.Nomad()
-			if err != nil {
-				return err
+			if ctx == nil {
+				ctx = context.Background()
 			}
-			store, err := servestore.Open(f)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(ctx, o)
 			}
-			ns := f.Namespace()
-			_, jobErr := loadService(nomad, args[0])
-			if jobErr != nil && !errors.Is(jobErr, errNoService) {
-				return jobErr // another kind of job, or Nomad failing
-			}
-			route, err := store.Route(ctx, ns, args[0])
-			if err != nil {
-				return err
-			}
-			if jobErr != nil && route == nil {
-				return jobErr
-			}
-			if err := store.DeleteRoute(ctx, ns, args[0]); err != nil {
-				return err
-			}
-			eval := ""
-			if jobErr == nil {
-				if eval, err = nomad.Deregister(args[0], purge); err != nil {
-					return err
-				}
-			} else {
-				// A route left by a deploy whose job is gone: remove it.
-				fmt.Fprintf(f.IO.Out, "%s has no job in Nomad; removed its route\n", args[0])
-				if purge {
-					return store.DeleteService(ctx, ns, args[0])
-				}
-				return nil
-			}
-			what := "stopped"
-			if purge {
-				if err := store.DeleteService(ctx, ns, args[0]); err != nil {
-					return err
-				}
-				what = "stopped and purged (tokens too)"
-			}
-			fmt.Fprintf(f.IO.Out, "%s %s, evaluation %s\n", what, args[0], firstOf(shortOr(eval), "-"))
-			return nil
+			return runStop(ctx, f, o)
 		},
 	}
-	cmd.Flags().BoolVar(&purge, "purge", false, "also remove the service's tokens and the job's history")
+	cmd.Flags().BoolVar(&o.Purge, "purge", false, "also remove the service's tokens and the job's history")
 	return cmd
+}
+
+func runStop(ctx context.Context, f *factory.Factory, o *StopOptions) error {
+	nomad, err := f.Nomad()
+	if err != nil {
+		return err
+	}
+	store, err := servestore.Open(f)
+	if err != nil {
+		return err
+	}
+	st, err := servicedeploy.Stop(ctx, nomad, store, f.Namespace(), o.Name, o.Purge)
+	if st.Orphan {
+		// Said even when purging its tokens failed: the route is gone.
+		fmt.Fprintf(f.IO.Out, "%s has no job in Nomad; removed its route\n", o.Name)
+	}
+	if err != nil || st.Orphan {
+		return err
+	}
+	what := "stopped"
+	if o.Purge {
+		what = "stopped and purged (tokens too)"
+	}
+	fmt.Fprintf(f.IO.Out, "%s %s, evaluation %s\n", what, o.Name, firstOf(shortOr(st.EvalID), "-"))
+	return nil
 }
 
 func shortOr(id string) string {

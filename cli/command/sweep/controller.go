@@ -15,17 +15,31 @@ import (
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
-	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
-func newControllerCmd(f *factory.Factory) *cobra.Command {
+// ControllerOptions is what `sweep controller`'s argument asks for.
+type ControllerOptions struct {
+	// Name is the sweep (the argument).
+	Name string
+}
+
+func newControllerCmd(f *factory.Factory) *cobra.Command { return NewControllerCmd(f, nil) }
+
+// NewControllerCmd is the command running runF instead when runF is not
+// nil: a test checks the Options the arguments parse into without running.
+func NewControllerCmd(f *factory.Factory, runF func(context.Context, *ControllerOptions) error) *cobra.Command {
+	o := &ControllerOptions{}
 	return &cobra.Command{
 		Use:    "controller SWEEP",
 		Short:  "Run a sweep's controller (what the controller job runs; not for people)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runController(cmd.Context(), f, args[0])
+			o.Name = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return runController(cmd.Context(), f, o.Name)
 		},
 	}
 }
@@ -55,7 +69,7 @@ func runController(ctx context.Context, f *factory.Factory, name string) error {
 		logger.Printf("no sweep %q in namespace %s: its record is gone (purged); nothing to do", name, e.ns)
 		return nil
 	}
-	plan, err := controllerPlan(rec, e.ns, name, digest, creds)
+	plan, err := sweepjob.ControllerPlan(rec, e.ns, name, digest, creds)
 	if err != nil {
 		return err
 	}
@@ -68,29 +82,6 @@ func runController(ctx context.Context, f *factory.Factory, name string) error {
 		AllocID:  os.Getenv("NOMAD_ALLOC_ID"), Logf: logger.Printf, Now: f.Now,
 	}
 	return c.Run(ctx)
-}
-
-// controllerPlan is the plan the controller runs: the record's, or, for a
-// record that fails its checks (sweepjob.Record.Verify), one that fails the
-// sweep with the reason and runs nothing. With credentials (a cluster with
-// ACLs) the record must also be, byte for byte, what submit wrote.
-func controllerPlan(rec *sweepjob.Record, ns, name, digest string, creds *sweepcreds.Credentials) (*controller.Plan, error) {
-	var why error
-	switch {
-	case creds != nil && creds.RecordDigest == "":
-		why = fmt.Errorf("the controller's variable %s holds no digest of the sweep's record (submitted by an older gpujob?), "+
-			"so nothing vouches for its trial template", sweepcreds.VariablePath(controller.ControllerJobID(name)))
-	case creds != nil:
-		why = rec.Verify(ns, name, digest, creds.RecordDigest)
-	default:
-		why = rec.Verify(ns, name, digest, "")
-	}
-	if why != nil {
-		return &controller.Plan{Namespace: ns, Sweep: name, MaxTrials: 1, Parallel: 1,
-			Refused: fmt.Sprintf("the controller refused the sweep's record %s: %v; no trial of it is launched "+
-				"(gpujob sweep stop --purge %s, then submit it again)", sweepkv.SpecKey(keyPrefix(), ns, name), why, name)}, nil
-	}
-	return rec.Plan()
 }
 
 // credentialedEnv is the controller's env on a cluster with ACLs: its

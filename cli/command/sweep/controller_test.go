@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/render"
-	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
@@ -30,53 +29,6 @@ func testRecord(t *testing.T) (*sweepjob.Record, string) {
 		t.Fatal(err)
 	}
 	return rec, d
-}
-
-// The controller runs its record's plan only when the record passes its
-// checks; otherwise a plan that fails the sweep with the reason.
-func TestControllerPlanRefusesRecordsItCannotVouchFor(t *testing.T) {
-	rec, d := testRecord(t)
-	for _, tc := range []struct {
-		name   string
-		digest string
-		creds  *sweepcreds.Credentials
-		change func(*sweepjob.Record)
-		want   string // "" = runs
-	}{
-		{name: "without ACLs, its own record", digest: d},
-		{name: "with ACLs, the record submit wrote", digest: d, creds: &sweepcreds.Credentials{RecordDigest: d}},
-		{name: "with ACLs, a record changed since", digest: "0123456789abcdef", creds: &sweepcreds.Credentials{RecordDigest: d},
-			want: "the record changed since gpujob sweep submit wrote it"},
-		{name: "with ACLs, no digest to check against", digest: d, creds: &sweepcreds.Credentials{},
-			want: "holds no digest of the sweep's record"},
-		{name: "without ACLs, another sweep's template", digest: d,
-			change: func(r *sweepjob.Record) { r.Template.Meta[contract.MetaSweep] = "other" }, want: `its job meta gpujob_sweep is "other"`},
-	} {
-		r := *rec
-		tmpl := *rec.Template
-		tmpl.Meta = map[string]string{}
-		for k, v := range rec.Template.Meta {
-			tmpl.Meta[k] = v
-		}
-		r.Template = &tmpl
-		if tc.change != nil {
-			tc.change(&r)
-		}
-		p, err := controllerPlan(&r, "default", "lr", tc.digest, tc.creds)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		switch {
-		case tc.want == "" && p.Refused != "":
-			t.Errorf("%s: refused: %s", tc.name, p.Refused)
-		case tc.want != "" && !strings.Contains(p.Refused, tc.want):
-			t.Errorf("%s: refusal %q, want %q", tc.name, p.Refused, tc.want)
-		case tc.want != "" && !strings.Contains(p.Refused, "gpujob sweep stop --purge lr"):
-			t.Errorf("%s: the refusal does not say what to do: %s", tc.name, p.Refused)
-		case tc.want != "" && p.Validate() != nil:
-			t.Errorf("%s: the refusing plan does not validate: %v", tc.name, p.Validate())
-		}
-	}
 }
 
 // What a trial's reporting budgets held back shows in its note and -json.

@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -14,9 +15,21 @@ import (
 	"github.com/gpujob/gpujob/internal/sweep/search"
 )
 
-func newRenderCmd(f *factory.Factory) *cobra.Command {
-	var vars, varFiles []string
-	var root, binary string
+// RenderOptions is what `sweep render`'s arguments and flags ask for.
+type RenderOptions struct {
+	// Path is the spec file (the argument).
+	Path             string
+	Vars, VarFiles   []string
+	CheckpointRoot   string
+	ControllerBinary string
+}
+
+func newRenderCmd(f *factory.Factory) *cobra.Command { return NewRenderCmd(f, nil) }
+
+// NewRenderCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewRenderCmd(f *factory.Factory, runF func(context.Context, *RenderOptions) error) *cobra.Command {
+	o := &RenderOptions{}
 	cmd := &cobra.Command{
 		Use:   "render SPEC",
 		Short: "Print the jobs a sweep becomes: its controller and its first trial",
@@ -27,31 +40,39 @@ parameter values, job ID and checkpoint directory).`,
 		Example: `  gpujob sweep render jobspecs/examples/sweep-toy.hcl`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ro, err := gpujobs.RenderOptions(root)
-			if err != nil {
-				return err
+			o.Path = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			sw, files, diags := spec.LoadSweep(args[0], spec.Options{Vars: vars, VarFiles: varFiles})
-			if diags.HasErrors() {
-				fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
-				return fmt.Errorf("%s: the spec has errors", args[0])
-			}
-			bin, err := controllerBinary(binary)
-			if err != nil {
-				return err
-			}
-			ctl, trial, first, err := renderJobs(sw, ro, f.Namespace(), bin)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "%s\n# The first trial, %s (%s):\n%s", ctl, controller.TrialID(0), first, trial)
-			return nil
+			return runRender(f, o)
 		},
 	}
-	gpujobs.AddSpecFlags(cmd, &vars, &varFiles)
-	gpujobs.AddRenderFlags(cmd, &root)
-	cmd.Flags().StringVar(&binary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
+	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
+	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
+	cmd.Flags().StringVar(&o.ControllerBinary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients")
 	return cmd
+}
+
+func runRender(f *factory.Factory, o *RenderOptions) error {
+	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
+	if err != nil {
+		return err
+	}
+	sw, files, diags := spec.LoadSweep(o.Path, spec.Options{Vars: o.Vars, VarFiles: o.VarFiles})
+	if diags.HasErrors() {
+		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
+		return fmt.Errorf("%s: the spec has errors", o.Path)
+	}
+	bin, err := controllerBinary(o.ControllerBinary)
+	if err != nil {
+		return err
+	}
+	ctl, trial, first, err := renderJobs(sw, ro, f.Namespace(), bin)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.Path, err)
+	}
+	fmt.Fprintf(f.IO.Out, "%s\n# The first trial, %s (%s):\n%s", ctl, controller.TrialID(0), first, trial)
+	return nil
 }
 
 // renderJobs renders a sweep's controller job and its first trial's job.

@@ -3,26 +3,34 @@ package sweep
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	consul "github.com/hashicorp/consul/api"
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/cli/sweepplot"
-	"github.com/gpujob/gpujob/internal/safename"
-	"github.com/gpujob/gpujob/internal/sweep/controller"
-	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
-func newReportCmd(f *factory.Factory) *cobra.Command {
-	var output, format string
-	var width, height int
+// ReportOptions is what `sweep report`'s arguments and flags ask for.
+type ReportOptions struct {
+	// Name is the sweep (the argument).
+	Name string
+	// Output is the file to write; Format png, svg or pdf (default: the
+	// file's extension).
+	Output, Format string
+	Width, Height  int
+}
+
+func newReportCmd(f *factory.Factory) *cobra.Command { return NewReportCmd(f, nil) }
+
+// NewReportCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewReportCmd(f *factory.Factory, runF func(context.Context, *ReportOptions) error) *cobra.Command {
+	o := &ReportOptions{}
 	cmd := &cobra.Command{
 		Use:   "report SWEEP -o FILE",
 		Short: "Draw every trial's learning curve, stopped trials marked, the best highlighted",
@@ -35,38 +43,46 @@ dashed. The format follows the file's extension (png, svg or pdf) unless
   gpujob sweep report toy-lr -o sweep.svg --width 1600 --height 900`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output == "" {
+			if o.Output == "" {
 				return fmt.Errorf("-o FILE is required (png, svg or pdf)")
 			}
-			if format == "" {
-				format = strings.TrimPrefix(filepath.Ext(output), ".")
+			if o.Format == "" {
+				o.Format = strings.TrimPrefix(filepath.Ext(o.Output), ".")
 			}
-			e, err := newEnv(f, false)
-			if err != nil {
-				return err
+			o.Name = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			curves, rec, err := e.curves(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			var buf bytes.Buffer
-			o := sweepplot.Options{Title: "sweep " + rec.Sweep + ": " + string(rec.Mode) + " " + rec.Metric, Metric: rec.Metric,
-				Width: width, Height: height, Format: format}
-			if err := sweepplot.Render(&buf, curves, o); err != nil {
-				return err
-			}
-			if err := os.WriteFile(output, buf.Bytes(), 0o644); err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "wrote %s: %d trial(s)\n", output, len(curves))
-			return nil
+			return runReport(cmd.Context(), f, o)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "the `file` to write")
-	cmd.Flags().StringVar(&format, "format", "", "png, svg or pdf (default: the file's extension)")
-	cmd.Flags().IntVar(&width, "width", 0, "image width in pixels (default 1200)")
-	cmd.Flags().IntVar(&height, "height", 0, "image height in pixels (default 700)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "the `file` to write")
+	cmd.Flags().StringVar(&o.Format, "format", "", "png, svg or pdf (default: the file's extension)")
+	cmd.Flags().IntVar(&o.Width, "width", 0, "image width in pixels (default 1200)")
+	cmd.Flags().IntVar(&o.Height, "height", 0, "image height in pixels (default 700)")
 	return cmd
+}
+
+func runReport(ctx context.Context, f *factory.Factory, o *ReportOptions) error {
+	e, err := newEnv(f, false)
+	if err != nil {
+		return err
+	}
+	curves, rec, err := e.curves(ctx, o.Name)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	po := sweepplot.Options{Title: "sweep " + rec.Sweep + ": " + string(rec.Mode) + " " + rec.Metric, Metric: rec.Metric,
+		Width: o.Width, Height: o.Height, Format: o.Format}
+	if err := sweepplot.Render(&buf, curves, po); err != nil {
+		return fmt.Errorf("drawing sweep %s: %w", o.Name, err)
+	}
+	if err := os.WriteFile(o.Output, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.Out, "wrote %s: %d trial(s)\n", o.Output, len(curves))
+	return nil
 }
 
 // curves reads every trial's points of the objective from its metrics
@@ -76,44 +92,9 @@ func (e *env) curves(ctx context.Context, name string) ([]sweepplot.Curve, *swee
 	if err != nil {
 		return nil, nil, err
 	}
-	prefix := sweepkv.SweepKey(e.prefix, e.ns, name) + "/trials/"
-	pairs, _, err := e.consul.KV().List(prefix, (&consul.QueryOptions{}).WithContext(ctx))
+	curves, err := sweepjob.ReadCurves(ctx, e.consul, e.prefix, e.ns, name, rec, st)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", prefix, err)
-	}
-	byKey := map[string][]byte{}
-	for _, p := range pairs {
-		byKey[p.Key] = p.Value
-	}
-	best := st.Best(rec.Maximize())
-	var curves []sweepplot.Curve
-	for _, t := range st.Trials {
-		c := sweepplot.Curve{ID: t.ID, Label: t.ID + " " + t.Params.String(), State: string(t.State),
-			Best: best != nil && best.ID == t.ID}
-		if t.State == controller.TrialStopped {
-			c.StopNote = stopNote(t)
-		}
-		if raw := byKey[prefix+safename.Encode(t.ID)+"/metrics"]; raw != nil {
-			var m sweepkv.Metrics
-			if err := json.Unmarshal(raw, &m); err != nil {
-				return nil, nil, fmt.Errorf("reading the metrics of %s: %w", t.ID, err)
-			}
-			for _, p := range m.Points {
-				if v, ok := p.Values[rec.Metric]; ok {
-					c.Points = append(c.Points, sweepplot.Point{Step: p.Step, Value: v})
-				}
-			}
-		}
-		curves = append(curves, c)
+		return nil, nil, err
 	}
 	return curves, rec, nil
-}
-
-// stopNote shortens a stop reason for the legend: "ASHA at step 40".
-func stopNote(t controller.Trial) string {
-	r := strings.TrimPrefix(t.Reason, "stopped by ")
-	if i := strings.Index(r, ":"); i > 0 {
-		r = r[:i]
-	}
-	return r
 }

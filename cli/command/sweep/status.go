@@ -70,8 +70,19 @@ type Trial struct {
 	Held *sweepkv.Reporting `json:"held,omitempty"`
 }
 
-func newStatusCmd(f *factory.Factory) *cobra.Command {
-	var asJSON bool
+// StatusOptions is what `sweep status`' arguments and flags ask for.
+type StatusOptions struct {
+	// Name is the sweep (the argument).
+	Name string
+	JSON bool
+}
+
+func newStatusCmd(f *factory.Factory) *cobra.Command { return NewStatusCmd(f, nil) }
+
+// NewStatusCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewStatusCmd(f *factory.Factory, runF func(context.Context, *StatusOptions) error) *cobra.Command {
+	o := &StatusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status SWEEP",
 		Short: "Show a sweep's trials: parameters, state, step, metric, who stopped them",
@@ -79,22 +90,30 @@ func newStatusCmd(f *factory.Factory) *cobra.Command {
   gpujob sweep status toy-lr -json | jq '.trials[] | select(.state == "completed")'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := newEnv(f, true)
-			if err != nil {
-				return err
+			o.Name = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			s, err := e.status(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return gpujobs.PrintJSON(f.IO.Out, s)
-			}
-			return printStatus(f.IO.Out, s)
+			return runStatus(cmd.Context(), f, o)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
+}
+
+func runStatus(ctx context.Context, f *factory.Factory, o *StatusOptions) error {
+	e, err := newEnv(f, true)
+	if err != nil {
+		return err
+	}
+	s, err := e.status(ctx, o.Name)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return gpujobs.PrintJSON(f.IO.Out, s)
+	}
+	return printStatus(f.IO.Out, s)
 }
 
 // status gathers a sweep's status from Consul, and from Nomad why queued

@@ -24,8 +24,20 @@ import (
 // trials' allocations, before doing the rest itself.
 const stopWait = 60 * time.Second
 
-func newStopCmd(f *factory.Factory) *cobra.Command {
-	var purge bool
+// StopOptions is what `sweep stop`'s arguments and flags ask for.
+type StopOptions struct {
+	// Name is the sweep (the argument).
+	Name string
+	// Purge also removes the sweep's jobs and its records in Consul.
+	Purge bool
+}
+
+func newStopCmd(f *factory.Factory) *cobra.Command { return NewStopCmd(f, nil) }
+
+// NewStopCmd is the command running runF instead when runF is not nil: a
+// test checks the Options the arguments parse into without running.
+func NewStopCmd(f *factory.Factory, runF func(context.Context, *StopOptions) error) *cobra.Command {
+	o := &StopOptions{}
 	cmd := &cobra.Command{
 		Use:   "stop SWEEP",
 		Short: "Stop a sweep and its trials; --purge also removes its jobs and records",
@@ -41,14 +53,18 @@ trials' Nomad jobs, and the sweep's records in Consul.`,
   gpujob sweep stop --purge toy-lr`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
 			e, err := newEnv(f, true)
 			if err != nil {
 				return err
 			}
-			return e.stop(cmd.Context(), args[0], purge)
+			return e.stop(cmd.Context(), o.Name, o.Purge)
 		},
 	}
-	cmd.Flags().BoolVar(&purge, "purge", false, "also remove the sweep's jobs and its records in Consul")
+	cmd.Flags().BoolVar(&o.Purge, "purge", false, "also remove the sweep's jobs and its records in Consul")
 	return cmd
 }
 

@@ -346,20 +346,6 @@ func TestExtendContinuesAnEndedSweep(t *testing.T) {
 	}
 }
 
-func TestParseMore(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		cur     int
-		want    int
-		wantErr bool
-	}{{"+4", 10, 14, false}, {"12", 10, 12, false}, {"+0", 3, 3, false}, {"-1", 3, 0, true}, {"x", 3, 0, true}} {
-		got, err := parseMore(tc.in, tc.cur)
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("parseMore(%q, %d) = %d, %v", tc.in, tc.cur, got, err)
-		}
-	}
-}
-
 func TestReportDrawsTheTrialsCurves(t *testing.T) {
 	c := consulClient(t)
 	f, _ := newFake()

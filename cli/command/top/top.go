@@ -30,7 +30,16 @@ type Options struct {
 	Gateway  string
 	// GatewayAdmin is the gateway's admin listener (its /-/stats).
 	GatewayAdmin string
+	// Open starts reading the cluster; nil watches Nomad (and Consul, for
+	// the sweeps) through the factory's clients. A test hands in a source
+	// of its own here rather than through package state.
+	Open Opener
 }
+
+// Opener starts reading the cluster for top: the source of its snapshots,
+// the cluster's name for the header, and a channel closed once the first
+// answers are in.
+type Opener func(ctx context.Context, f *factory.Factory, o *Options) (src observe.Source, cluster string, ready <-chan struct{}, err error)
 
 // NewCmd returns the top command.
 func NewCmd(f *factory.Factory) *cobra.Command { return NewCmdWith(f, nil) }
@@ -83,9 +92,9 @@ frame as plain text; -json prints the snapshot as JSON.`,
 	return cmd
 }
 
-// newSource starts reading the cluster; ready is closed once the first
-// answers are in. Tests replace it.
-var newSource = func(ctx context.Context, f *factory.Factory, o *Options) (src observe.Source, cluster string, ready <-chan struct{}, err error) {
+// watchCluster is the Opener top uses by default: an observe.Watcher on
+// the factory's Nomad, and its Consul when there is one.
+func watchCluster(ctx context.Context, f *factory.Factory, o *Options) (src observe.Source, cluster string, ready <-chan struct{}, err error) {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return nil, "", nil, err
@@ -108,7 +117,11 @@ func run(ctx context.Context, f *factory.Factory, o *Options) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	src, cluster, ready, err := newSource(ctx, f, o)
+	open := o.Open
+	if open == nil {
+		open = watchCluster
+	}
+	src, cluster, ready, err := open(ctx, f, o)
 	if err != nil {
 		return err
 	}

@@ -15,16 +15,13 @@ import (
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
-// withSource makes the command read src.
-func withSource(t *testing.T, src observe.Source) {
-	t.Helper()
-	old := newSource
-	newSource = func(context.Context, *factory.Factory, *Options) (observe.Source, string, <-chan struct{}, error) {
+// fixedSource is an Opener of src, already answered.
+func fixedSource(src observe.Source) Opener {
+	return func(context.Context, *factory.Factory, *Options) (observe.Source, string, <-chan struct{}, error) {
 		ready := make(chan struct{})
 		close(ready)
 		return src, "http://nomad.test:4646", ready, nil
 	}
-	t.Cleanup(func() { newSource = old })
 }
 
 func gateway(t *testing.T) string {
@@ -42,11 +39,17 @@ func gateway(t *testing.T) string {
 	return srv.URL
 }
 
-func execute(t *testing.T, tty bool, args ...string) (string, string, error) {
+// execute runs the command with args, reading src: through the runF
+// seam, which hands the parsed Options to run with src as their Opener.
+func execute(t *testing.T, src observe.Source, tty bool, args ...string) (string, string, error) {
 	t.Helper()
 	io, _, out, errOut := iostreams.Test()
 	io.IsTTY = tty
-	cmd := NewCmd(&factory.Factory{IO: io})
+	f := &factory.Factory{IO: io}
+	cmd := NewCmdWith(f, func(ctx context.Context, o *Options) error {
+		o.Open = fixedSource(src)
+		return run(ctx, f, o)
+	})
 	cmd.SetArgs(args)
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
@@ -79,8 +82,7 @@ func checkPlainFrame(t *testing.T, out string) {
 
 func TestPlainTextWithoutTTY(t *testing.T) {
 	src := newFakeSource(fixture(1, 2))
-	withSource(t, src)
-	out, errOut, err := execute(t, false, "--gateway-admin", gateway(t))
+	out, errOut, err := execute(t, src, false, "--gateway-admin", gateway(t))
 	if err != nil {
 		t.Fatalf("exit: %v (stderr %q)", err, errOut)
 	}
@@ -91,8 +93,7 @@ func TestPlainTextWithoutTTY(t *testing.T) {
 }
 
 func TestOnceOnATTY(t *testing.T) {
-	withSource(t, newFakeSource(fixture(1, 2)))
-	out, _, err := execute(t, true, "--once", "--gateway-admin", gateway(t))
+	out, _, err := execute(t, newFakeSource(fixture(1, 2)), true, "--once", "--gateway-admin", gateway(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +101,7 @@ func TestOnceOnATTY(t *testing.T) {
 }
 
 func TestJSON(t *testing.T) {
-	withSource(t, newFakeSource(fixture(1, 2)))
-	out, _, err := execute(t, true, "--json")
+	out, _, err := execute(t, newFakeSource(fixture(1, 2)), true, "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +115,7 @@ func TestJSON(t *testing.T) {
 }
 
 func TestBadInterval(t *testing.T) {
-	withSource(t, newFakeSource(fixture(1, 2)))
-	if _, _, err := execute(t, false, "--interval", "0s"); err == nil || !strings.Contains(err.Error(), "--interval") {
+	if _, _, err := execute(t, newFakeSource(fixture(1, 2)), false, "--interval", "0s"); err == nil || !strings.Contains(err.Error(), "--interval") {
 		t.Errorf("--interval 0s: %v", err)
 	}
 }
@@ -124,8 +123,7 @@ func TestBadInterval(t *testing.T) {
 func TestSnapshotErrorFails(t *testing.T) {
 	src := newFakeSource(nil)
 	src.err = context.DeadlineExceeded
-	withSource(t, src)
-	if _, _, err := execute(t, false); err == nil {
+	if _, _, err := execute(t, src, false); err == nil {
 		t.Error("no error when the snapshot could not be read")
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gpujob/gpujob/cli/command/gpus"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
 )
@@ -160,8 +159,9 @@ func median(v []float64) (med, lo, hi float64) {
 
 // BenchmarkScrape64x8 times one /metrics scrape of an exporter watching a
 // simulated cluster of 64 nodes × 8 GPUs over HTTP (a fake Nomad API),
-// interleaved with its anchor, `gpujob gpus`' collection of the same GPUs
-// (a node read, its allocations and its stats, per node). Rounds are
+// interleaved with its anchor, `gpujob gpus`' one-shot read of the same
+// GPUs (observe.Once: the node, allocation and job lists, then one stats
+// request per node, with no blocking query to lean on). Rounds are
 // aggregated here (median and range), not by b.N.
 //
 //	go test -run '^$' -bench Scrape64x8 -benchtime 1x ./cli/observe/metrics/
@@ -222,9 +222,16 @@ func BenchmarkScrape64x8(b *testing.B) {
 			}
 		})
 		measure(&anchor, func() {
-			r, err := gpus.Collect(nomad)
-			if err != nil || len(r.GPUs) != nodes*perNode {
-				b.Fatalf("gpus.Collect: %v (%d GPUs)", err, len(r.GPUs))
+			s, err := observe.Once(ctx, observe.Config{Nomad: nomad})
+			if err != nil {
+				b.Fatalf("observe.Once: %v", err)
+			}
+			n := 0
+			for _, node := range s.Nodes {
+				n += len(node.GPUs)
+			}
+			if n != nodes*perNode {
+				b.Fatalf("observe.Once: %d GPUs, want %d", n, nodes*perNode)
 			}
 		})
 	}
@@ -242,11 +249,11 @@ func BenchmarkScrape64x8(b *testing.B) {
 	sa, _, _ := median(scrape.allocs)
 	aa, _, _ := median(anchor.allocs)
 	b.ReportMetric(sm, "scrape-ms")
-	b.ReportMetric(am, "gpus-collect-ms")
+	b.ReportMetric(am, "gpus-once-ms")
 	b.ReportMetric(sa, "scrape-allocs")
 	b.ReportMetric(float64(scrape.reqs["/v1/client/stats"]), "scrape-requests")
 	b.Logf("%d nodes × %d GPUs, %d rounds interleaved, on %d CPUs", nodes, perNode, rounds, runtime.NumCPU())
 	b.Logf("exporter scrape: median %.1f ms (%.1f–%.1f), %.0f allocations, requests %v", sm, slo, shi, sa, scrape.reqs)
 	b.Logf("one node's exporter (the system job's): median %.2f ms (%.2f–%.2f), %.0f allocations, requests %v", nm, nlo, nhi, na, node.reqs)
-	b.Logf("gpujob gpus collect (anchor): median %.1f ms (%.1f–%.1f), %.0f allocations, requests %v", am, alo, ahi, aa, anchor.reqs)
+	b.Logf("gpujob gpus one-shot read (anchor): median %.1f ms (%.1f–%.1f), %.0f allocations, requests %v", am, alo, ahi, aa, anchor.reqs)
 }
