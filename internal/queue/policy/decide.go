@@ -34,7 +34,8 @@ func Decide(s State) (Decision, error) {
 	}
 	d := newDecider(s)
 	empty := emptyNodes(s.Nodes)
-	var pending []*pendingJob
+	pending := make([]*pendingJob, 0, len(s.Pending))
+	jobs := make([]pendingJob, len(s.Pending))
 	for i := range s.Pending {
 		j := &s.Pending[i]
 		q, err := d.ledger.lookup(s.Config, j.Queue)
@@ -45,8 +46,12 @@ func Decide(s State) (Decision, error) {
 			d.out.Refused = append(d.out.Refused, Refusal{Job: j.ID, Err: err})
 			continue
 		}
-		pending = append(pending, &pendingJob{job: j, queue: q, rank: rankOf(*j, d.ledger.queues[q].cfg)})
+		jobs[i] = pendingJob{job: j, queue: q, rank: rankOf(*j, d.ledger.queues[q].cfg)}
+		pending = append(pending, &jobs[i])
 	}
+	// Most of a long queue waits: size the lists once.
+	d.out.Waiting = make([]Waiting, 0, len(pending))
+	d.waitingJobs = make([]*pendingJob, 0, len(pending))
 	pick := newPicker(d.ledger, pending, !s.Config.Disable.FairShare)
 	for {
 		p, line := pick.next()

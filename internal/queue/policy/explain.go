@@ -120,17 +120,22 @@ func inTime(now, at time.Time) string {
 	return "in " + at.Sub(now).Round(time.Minute).String()
 }
 
-// wait records p as waiting, with the numbers its reason needs.
+// wait records p as waiting, with the numbers its reason needs. It fills
+// the entry in place: on a long queue this runs for nearly every job.
 func (d *decider) wait(p *pendingJob, w Waiting) {
-	j := p.job
-	q := &d.ledger.queues[p.queue]
-	w.Job, w.Queue, w.Position = j.ID, q.cfg.Name, len(d.out.Waiting)+1
-	w.why.now, w.why.gpus, w.why.members, w.why.perGPU = d.now, j.GPUs(), j.Members, j.PerMember.GPUs
-	w.why.queueUsed, w.why.queueQuota, w.why.borrow = q.used.GPUs, q.quota, q.cfg.Borrow
-	w.why.cohort, w.why.cohortUsed, w.why.cohortQuota = q.cohort.name, q.cohort.used, q.cohort.quota
-	w.why.freeGPUs, w.why.head = d.fit.totalFree.GPUs, d.head
 	d.out.Waiting = append(d.out.Waiting, w)
 	d.waitingJobs = append(d.waitingJobs, p)
+	out := &d.out.Waiting[len(d.out.Waiting)-1]
+	j := p.job
+	q := &d.ledger.queues[p.queue]
+	out.Job, out.Queue, out.Position = j.ID, q.cfg.Name, len(d.out.Waiting)
+	y := &out.why
+	y.now, y.gpus, y.members, y.perGPU = d.now, j.GPUs(), j.Members, j.PerMember.GPUs
+	y.freeGPUs, y.head = d.fit.totalFree.GPUs, d.head
+	if w.Cause == CauseQueueQuota || w.Cause == CauseCohortFull {
+		y.queueUsed, y.queueQuota, y.borrow = q.used.GPUs, q.quota, q.cfg.Borrow
+		y.cohort, y.cohortUsed, y.cohortQuota = q.cohort.name, q.cohort.used, q.cohort.quota
+	}
 }
 
 // estimate fills in EstimatedStart: it replays the waiting jobs in order
