@@ -75,12 +75,12 @@ func TestPoliciesOnOneTrace(t *testing.T) {
 
 // TestFullScale prints the comparison at the scale:
 //
-//	go test ./internal/queue/sim -run TestFullScale -sim.full -v -timeout 30m
+//	go test ./internal/queue/sim -run TestFullScale -v -timeout 30m -args -sim.full
 func TestFullScale(t *testing.T) {
 	if !*full {
 		t.Skip("run with -sim.full")
 	}
-	tr := PhillyLike(2019, 10000, 250, 8, 0.9, teams())
+	tr := PhillyLike(2019, 10000, 250, 8, 1.5, teams())
 	var results []Result
 	for _, p := range Policies() {
 		start := time.Now()
