@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/observe"
@@ -102,14 +103,7 @@ that node).`,
   gpujob gpus --json | jq '.gpus[] | select(.holder == null and .healthy) | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return run(ctx, f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")

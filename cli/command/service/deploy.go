@@ -11,7 +11,6 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/gpujobs"
-	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/servekv"
@@ -86,11 +85,7 @@ func deploy(ctx context.Context, f *factory.Factory, o *DeployOptions, path stri
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was deployed", path)}
 	}
-	nomad, err := f.Nomad()
-	if err != nil {
-		return err
-	}
-	store, err := servestore.Open(f)
+	nomad, store, err := clients(f)
 	if err != nil {
 		return err
 	}

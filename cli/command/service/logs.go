@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
@@ -38,14 +39,7 @@ streams them all at once until Ctrl-C.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return runLogs(ctx, f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runLogs(ctx, f, o) })
 		},
 	}
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep streaming new lines")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 	"github.com/gpujob/gpujob/internal/contract"
 )
@@ -41,14 +40,7 @@ than the current one.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return runRollback(ctx, f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runRollback(ctx, f, o) })
 		},
 	}
 	cmd.Flags().Int64Var(&o.ToVersion, "to-version", -1, "the Nomad job `version` to go back to")
@@ -57,11 +49,7 @@ than the current one.`,
 }
 
 func runRollback(ctx context.Context, f *factory.Factory, o *RollbackOptions) error {
-	nomad, err := f.Nomad()
-	if err != nil {
-		return err
-	}
-	store, err := servestore.Open(f)
+	nomad, store, err := clients(f)
 	if err != nil {
 		return err
 	}

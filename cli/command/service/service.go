@@ -8,6 +8,8 @@ import (
 
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
+	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
@@ -69,4 +71,18 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// clients opens what the verbs that act on a deployed service need: the
+// Nomad API and the services' records in Consul.
+func clients(f *factory.Factory) (nomadapi.API, servestore.Store, error) {
+	nomad, err := f.Nomad()
+	if err != nil {
+		return nil, servestore.Store{}, err
+	}
+	store, err := servestore.Open(f)
+	if err != nil {
+		return nil, servestore.Store{}, err
+	}
+	return nomad, store, nil
 }

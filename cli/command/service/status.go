@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/gpujobs"
-	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
@@ -44,14 +44,7 @@ requests per second, p50 and p99 latency, requests in flight and held.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return runStatus(ctx, f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runStatus(ctx, f, o) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print as JSON")
@@ -65,11 +58,7 @@ requests per second, p50 and p99 latency, requests in flight and held.`,
 type Status = servicedeploy.Status
 
 func runStatus(ctx context.Context, f *factory.Factory, o *StatusOptions) error {
-	nomad, err := f.Nomad()
-	if err != nil {
-		return err
-	}
-	store, err := servestore.Open(f)
+	nomad, store, err := clients(f)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
-	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
@@ -37,14 +37,7 @@ them and the job's history.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return runStop(ctx, f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runStop(ctx, f, o) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.Purge, "purge", false, "also remove the service's tokens and the job's history")
@@ -52,11 +45,7 @@ them and the job's history.`,
 }
 
 func runStop(ctx context.Context, f *factory.Factory, o *StopOptions) error {
-	nomad, err := f.Nomad()
-	if err != nil {
-		return err
-	}
-	store, err := servestore.Open(f)
+	nomad, store, err := clients(f)
 	if err != nil {
 		return err
 	}

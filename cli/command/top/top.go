@@ -15,6 +15,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/gpujobs"
@@ -72,14 +73,7 @@ frame as plain text; -json prints the snapshot as JSON.`,
   gpujob top -json | jq '.nodes[].gpus[] | select(.util_pct < 80)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return run(ctx, f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o) })
 		},
 	}
 	fl := cmd.Flags()
