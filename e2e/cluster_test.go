@@ -50,7 +50,7 @@ type clusterOptions struct {
 	serverExtra string
 	// dynPorts is the first of the clients' dynamic task ports
 	// (GPUJOB_DEV_DYN_PORTS; dynPortsPerClient per client). Every cluster
-	// of the run gets a block of its own in 28000–31599: above every port
+	// of the run gets a block of its own in 28000–32199: above every port
 	// the clusters' agents use (their offsets put Nomad's and Consul's
 	// ports up to 27600), and below Linux's ephemeral range (32768 up).
 	// torch's rank 0 binds its MASTER_PORT on every address, so any socket
@@ -61,9 +61,9 @@ type clusterOptions struct {
 	dynPorts int
 }
 
-// dev is the cluster the whole package shares: one client of four GPUs and
-// one Consul server.
-var dev *cluster
+// sched is the run's scheduler (e2e/lanes_test.go): the lanes, the dev
+// cluster of each, and the shared clusters; nil when the e2e tests are off.
+var sched *scheduler
 
 // sharedCluster is a cluster some tests share beside dev: the first of its
 // users that runs starts it, and it stops when the last of its users that
@@ -87,7 +87,7 @@ type sharedCluster struct {
 // when the last of its pending users ends.
 func (s *sharedCluster) get(t *testing.T) *cluster {
 	t.Helper()
-	if dev == nil {
+	if sched == nil {
 		t.Skip("e2e disabled: set GPUJOB_E2E=1")
 	}
 	name := t.Name()
@@ -98,6 +98,10 @@ func (s *sharedCluster) get(t *testing.T) *cluster {
 		t.Fatalf("%s uses %s but is not among its users (e2e/cluster_test.go): add it there, "+
 			"or the cluster may be stopped before it runs", name, s.what)
 	}
+	// One user at a time, in a lane of the run's (the cluster itself is
+	// started below, by the first).
+	sched.add(s.what, nil)
+	sched.claim(t, s.what)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c == nil {
@@ -166,7 +170,7 @@ const fakeGPUsPerClient = 4
 // members, the cluster's own jobs and a sweep controller with room to spare.
 const clientCPUMHz = 8000
 
-// dynPortsPerClient is each e2e client's count of dynamic task ports: six
+// dynPortsPerClient is each e2e client's count of dynamic task ports: seven
 // clients' blocks fit between the agents' ports and the ephemeral range.
 const dynPortsPerClient = 600
 
@@ -179,8 +183,33 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	flag.Parse() // for -run, -skip and -timeout (watchForTeardown, selected)
+	lanes, err := e2eLanes()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
+	// The lanes bound the tests that run at once, not go test's -parallel
+	// (GOMAXPROCS by default): a test waiting for a busy shared cluster
+	// would hold a -parallel slot while a dev cluster stood idle. An
+	// explicit -parallel stays.
+	if !flagGiven("test.parallel") {
+		_ = flag.Set("test.parallel", "1000")
+	}
+	// The users the clusters and tests need, made now, one at a time:
+	// useradd run by two lanes at once (a test's, a dev-up's) can find
+	// /etc/passwd locked and fail.
+	if err := makeUsers(e2eUsers); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
+	sched = newScheduler(lanes)
 	stopWatching := watchForTeardown(testTimeout(), teardownMargin(testTimeout()))
-	dev = running.start(devClusterOptions)
+	// Lane 0's cluster first; the others come up while the first tests
+	// run, and the tests waiting for a dev cluster take them once they are.
+	sched.add(devKey(0), running.start(devLaneOptions(0)))
+	for i := 1; i < lanes; i++ {
+		go func() { sched.add(devKey(i), running.start(devLaneOptions(i))) }()
+	}
 	code := m.Run()
 	stopWatching()
 	if err := running.stopAll("the run is over"); err != nil {
@@ -195,10 +224,18 @@ func repoRoot() string {
 	return filepath.Dir(wd)
 }
 
-// devClusterOptions are the package's cluster's: one client of four GPUs,
-// off the default ports, so `make dev` and the tests can run side by side.
-var devClusterOptions = clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 10000, gateway: true, exporter: true,
-	dynPorts: 28000, driverExtra: tenantsDriverConfig}
+// devClusterOptions are the dev clusters': one client of four GPUs, off
+// the default ports, so `make dev` and the tests can run side by side; each
+// lane's has ports of its own (devLaneOptions).
+var devClusterOptions = clusterOptions{clients: 1, gpus: fakeGPUsPerClient, gateway: true, exporter: true,
+	driverExtra: tenantsDriverConfig}
+
+// flagGiven says whether the command line set flag name.
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
 
 // startClusterOpts brings up a cluster as opts say; when ctx ends first,
 // dev-up gets SIGTERM (and the cluster, failed, still has its dir for
@@ -372,19 +409,26 @@ func (c *cluster) consulClientWith(t *testing.T, token string) *consul.Client {
 	return cc
 }
 
-// needCluster skips without GPUJOB_E2E and fails when the cluster is down.
+// needCluster returns a dev cluster that the test has to itself until it
+// ends (in a lane of the run, beside other tests); it skips without
+// GPUJOB_E2E and fails when the cluster is down.
 func needCluster(t *testing.T) *cluster {
 	t.Helper()
-	if dev == nil {
+	if sched == nil {
 		t.Skip("e2e disabled: set GPUJOB_E2E=1")
 	}
-	if dev.failed != "" {
-		t.Fatalf("dev cluster did not start: %s", dev.failed)
+	keys := make([]string, len(devLanePorts))
+	for i := range keys {
+		keys[i] = devKey(i)
+	}
+	key, c := sched.claim(t, keys...)
+	if c.failed != "" {
+		t.Fatalf("%s did not start: %s", key, c.failed)
 	}
 	if why := running.closedReason(); why != "" {
-		t.Fatalf("dev cluster stopped: %s", why)
+		t.Fatalf("%s stopped: %s", key, why)
 	}
-	return dev
+	return c
 }
 
 // ctx returns a context that ends with the test or after d.

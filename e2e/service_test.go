@@ -67,7 +67,10 @@ func (c *cluster) serviceSpec(t *testing.T, name, version string, replicas int, 
   health {
     interval      = "1s"
     timeout       = "1s"
-    initial_delay = "6s"
+    # Room for torch's import beside another lane's training on two
+    # cores: a replica not serving by then is restarted, and a deploy
+    # whose replica is not healthy 10 s after it fails.
+    initial_delay = "15s"
   }
   update {
     canary           = 1

@@ -24,8 +24,32 @@ type event struct {
 type Result struct {
 	Package, Test string
 	Action        string // pass, fail or skip
-	Elapsed       time.Duration
-	Reason        string
+	// Elapsed is the test's own time: go test's, less Waited.
+	Elapsed time.Duration
+	// Waited is how long an e2e test waited in line for a lane and its
+	// cluster (e2e/lanes_test.go), which go test counts in its time.
+	Waited time.Duration
+	Reason string
+}
+
+// waitMarker starts the line an e2e test logs when it gets its cluster,
+// followed by JSON (e2e/lanes_test.go: waitMarker, waitRecord).
+const waitMarker = "gpujob-e2e-wait:"
+
+// waited reads the wait out of a line of a test's output, if it is the
+// marker's.
+func waited(line string) (time.Duration, bool) {
+	_, rec, ok := strings.Cut(line, waitMarker+" ")
+	if !ok {
+		return 0, false
+	}
+	var w struct {
+		WaitedS float64 `json:"waited_s"`
+	}
+	if json.Unmarshal([]byte(strings.TrimSpace(rec)), &w) != nil || w.WaitedS < 0 {
+		return 0, false
+	}
+	return time.Duration(w.WaitedS * float64(time.Second)), true
 }
 
 // Summary gathers the results of one or more `go test -json` streams.
@@ -61,6 +85,12 @@ func (s *Summary) Read(r io.Reader) error {
 		case "pass", "fail", "skip":
 			res := Result{Package: e.Package, Test: e.Test, Action: e.Action,
 				Elapsed: time.Duration(e.Elapsed * float64(time.Second))}
+			for _, l := range s.output[key] {
+				if d, ok := waited(l); ok {
+					res.Waited += d
+				}
+			}
+			res.Elapsed = max(res.Elapsed-res.Waited, 0)
 			if e.Action == "skip" {
 				res.Reason = skipReason(s.output[key])
 			}
@@ -78,7 +108,7 @@ func skipReason(lines []string) string {
 	var why []string
 	for _, l := range lines {
 		t := strings.TrimSpace(l)
-		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") {
+		if _, marker := waited(t); t == "" || marker || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") {
 			continue
 		}
 		if file, rest, ok := strings.Cut(t, ": "); ok && strings.Contains(file, ".go:") {
@@ -111,7 +141,11 @@ func (s *Summary) Print(w io.Writer, n int) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "==> the %d slowest of %d tests (%s, summed):\n", n, len(top), total.Round(time.Second))
 	for _, r := range top[:n] {
-		fmt.Fprintf(bw, "  %8.1fs  %-4s  %s %s\n", r.Elapsed.Seconds(), r.Action, shortPackage(r.Package), r.Test)
+		fmt.Fprintf(bw, "  %8.1fs  %-4s  %s %s", r.Elapsed.Seconds(), r.Action, shortPackage(r.Package), r.Test)
+		if r.Waited >= time.Second/10 {
+			fmt.Fprintf(bw, " (after %.1fs in line for a lane)", r.Waited.Seconds())
+		}
+		fmt.Fprintln(bw)
 	}
 	fmt.Fprintf(bw, "==> %d skipped tests:\n", len(skipped))
 	for _, r := range skipped {

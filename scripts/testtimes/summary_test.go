@@ -76,3 +76,37 @@ func TestSkipReasonWithoutMessage(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// An e2e test in lanes waited in line before it ran: the wait comes out of
+// its time (and its order among the slowest) and is shown beside it; a test
+// skipped after its wait keeps its reason without the marker.
+func TestSummaryTakesOutTheWaitInLine(t *testing.T) {
+	const lanes = `{"Action":"run","Package":"github.com/gpujob/gpujob/e2e","Test":"TestWaited"}
+{"Action":"output","Package":"github.com/gpujob/gpujob/e2e","Test":"TestWaited","Output":"    lanes_test.go:170: gpujob-e2e-wait: {\"cluster\":\"dev cluster 1\",\"waited_s\":300.5}\n"}
+{"Action":"pass","Package":"github.com/gpujob/gpujob/e2e","Test":"TestWaited","Elapsed":340.5}
+{"Action":"run","Package":"github.com/gpujob/gpujob/e2e","Test":"TestFirst"}
+{"Action":"output","Package":"github.com/gpujob/gpujob/e2e","Test":"TestFirst","Output":"    lanes_test.go:170: gpujob-e2e-wait: {\"cluster\":\"dev cluster 0\",\"waited_s\":0.001}\n"}
+{"Action":"pass","Package":"github.com/gpujob/gpujob/e2e","Test":"TestFirst","Elapsed":60}
+{"Action":"run","Package":"github.com/gpujob/gpujob/e2e","Test":"TestNotRoot"}
+{"Action":"output","Package":"github.com/gpujob/gpujob/e2e","Test":"TestNotRoot","Output":"    lanes_test.go:170: gpujob-e2e-wait: {\"cluster\":\"dev cluster 0\",\"waited_s\":20}\n"}
+{"Action":"output","Package":"github.com/gpujob/gpujob/e2e","Test":"TestNotRoot","Output":"    isolation_test.go:48: not root\n"}
+{"Action":"skip","Package":"github.com/gpujob/gpujob/e2e","Test":"TestNotRoot","Elapsed":20}
+`
+	var s Summary
+	if err := s.Read(strings.NewReader(lanes)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := s.Print(&out, 2); err != nil {
+		t.Fatal(err)
+	}
+	want := `==> the 2 slowest of 3 tests (1m40s, summed):
+      60.0s  pass  e2e TestFirst
+      40.0s  pass  e2e TestWaited (after 300.5s in line for a lane)
+==> 1 skipped tests:
+  e2e TestNotRoot: not root
+`
+	if out.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
