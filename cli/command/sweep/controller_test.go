@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpujob/gpujob/cli/sweepjob/fixture"
+	"github.com/gpujob/gpujob/cli/sweepops"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -15,7 +16,7 @@ func TestStatusShowsWhatTheBudgetsHeldBack(t *testing.T) {
 	st := &controller.State{Namespace: "default", Sweep: "lr", Status: controller.StatusRunning, MaxTrials: 2,
 		Trials: []controller.Trial{{ID: "trial-001", JobID: "lr-trial-001", State: controller.TrialRunning,
 			Held: &sweepkv.Reporting{ResultsDeferred: 4, ByteBudgetWaits: 2}}}}
-	s := newStatus(rec, st)
+	s := sweepops.NewStatus(rec, st)
 	var b strings.Builder
 	if err := printStatus(&b, s); err != nil {
 		t.Fatal(err)

@@ -90,7 +90,7 @@ func runExtend(ctx context.Context, f *factory.Factory, o *ExtendOptions) error 
 	if err := creds.Ensure(); err != nil {
 		return err
 	}
-	st, err := e.update(ctx, name, func(st *controller.State) error { return sweepjob.Extend(st, name, o.MaxTrials) })
+	st, err := e.sweeps().Update(ctx, name, func(st *controller.State) error { return sweepjob.Extend(st, name, o.MaxTrials) })
 	if err != nil {
 		return err
 	}
