@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/sweepjob"
@@ -46,10 +47,7 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 				return err
 			}
 			o.Name, o.MaxTrials = args[0], m
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runExtend(cmd.Context(), f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runExtend(ctx, f, o) })
 		},
 	}
 	cmd.Flags().StringVar(&more, "max-trials", "", "`+N` more trials, or N in all")
