@@ -91,13 +91,20 @@ func Assemble(in Inputs) *Snapshot {
 	if s.Sweeps == nil {
 		s.Sweeps = []Sweep{}
 	}
-	kinds := map[string]string{} // namespace/job → kind
+	kinds := map[string]string{}  // namespace/job → kind
+	queues := map[string]string{} // namespace/job → queue, of gpujob's jobs
 	for _, j := range in.Jobs {
 		if j != nil {
 			kinds[j.Namespace+"/"+j.ID] = JobKind(j.Meta)
+			if kinds[j.Namespace+"/"+j.ID] != "" {
+				queues[j.Namespace+"/"+j.ID] = j.Meta[contract.MetaQueue]
+			}
 		}
 	}
 	holders := DeviceHolders(in.Allocs, kinds)
+	for _, h := range holders {
+		h.Queue = queues[h.Namespace+"/"+h.JobID]
+	}
 	for _, n := range in.Nodes {
 		if n == nil || (in.NodeID != "" && n.ID != in.NodeID) || !hasGPU(n) {
 			continue
@@ -134,8 +141,8 @@ func Assemble(in Inputs) *Snapshot {
 				queued += tg.Queued
 			}
 			if queued > 0 {
-				s.Queue = append(s.Queue, Waiting{Namespace: j.Namespace, JobID: j.ID, Kind: kind, Queued: queued,
-					Since: time.Unix(0, j.SubmitTime)})
+				s.Queue = append(s.Queue, Waiting{Namespace: j.Namespace, JobID: j.ID, Kind: kind, Queue: j.Meta[contract.MetaQueue],
+					Queued: queued, Since: time.Unix(0, j.SubmitTime)})
 			}
 		}
 	}

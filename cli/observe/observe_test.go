@@ -280,3 +280,33 @@ func TestAssembleQueueAndKinds(t *testing.T) {
 		}
 	}
 }
+
+// A gpujob job's queue (its meta) goes with the GPUs it holds and with its
+// place among the jobs Nomad has not placed; a job gpujob did not render
+// has none, whatever its meta says.
+func TestAssembleQueues(t *testing.T) {
+	node := &api.NodeListStub{ID: "n1", Name: "n1", Status: "ready", NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{
+		{Vendor: "nvidia", Type: "gpu", Instances: []*api.NodeDevice{{ID: "g0", Healthy: true}, {ID: "g1", Healthy: true}}}}}}
+	holds := func(job, gpu string) *api.AllocationListStub {
+		return &api.AllocationListStub{ID: job + "-0", Namespace: "ml", JobID: job, ClientStatus: "running",
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+				"t": {Devices: []*api.AllocatedDeviceResource{{DeviceIDs: []string{gpu}}}}}}}
+	}
+	in := Inputs{Nodes: []*api.NodeListStub{node}, Allocs: []*api.AllocationListStub{holds("a", "g0"), holds("x", "g1")},
+		Jobs: []*api.JobListStub{
+			{ID: "a", Namespace: "ml", Status: "running", Meta: map[string]string{"gpujob": "train", "gpujob_queue": "team-a"},
+				JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"train": {Queued: 1}}}},
+			{ID: "x", Namespace: "ml", Status: "running", Meta: map[string]string{"gpujob_queue": "team-a"}},
+		}}
+	s := Assemble(in)
+	got := map[string]string{}
+	for _, g := range s.Nodes[0].GPUs {
+		got[g.Holder.JobID] = g.Holder.Queue
+	}
+	if got["a"] != "team-a" || got["x"] != "" {
+		t.Errorf("holders' queues %v", got)
+	}
+	if len(s.Queue) != 1 || s.Queue[0].Queue != "team-a" {
+		t.Errorf("waiting %+v", s.Queue)
+	}
+}

@@ -10,10 +10,10 @@ import (
 // Once reads the cluster once and assembles a snapshot, for a command that
 // prints one view and exits (`gpujob gpus`): the same queries a Watcher
 // keeps current (nodes, allocations and jobs, each one list request), then
-// the GPU stats, one request per ready node with GPUs. A failed list is an
-// error; a node whose stats cannot be read is a warning, as in a Watcher's
-// snapshots. cfg's Consul and LossInterval are not used: no sweeps and no
-// losses are read.
+// the GPU stats, one request per ready node with GPUs (none with
+// cfg.NoStats). A failed list is an error; a node whose stats cannot be
+// read is a warning, as in a Watcher's snapshots. cfg's Consul and
+// LossInterval are not used: no sweeps and no losses are read.
 func Once(ctx context.Context, cfg Config) (*Snapshot, error) {
 	w := NewWatcher(cfg)
 	w.cfg.Requests("nodes")
@@ -33,7 +33,9 @@ func Once(ctx context.Context, cfg Config) (*Snapshot, error) {
 		return nil, err
 	}
 	in := Inputs{Nodes: nodes, Allocs: allocs, Jobs: jobs, Sweeps: []Sweep{}, NodeID: cfg.NodeID, Now: w.cfg.Now()}
-	in.Stats, in.StatsErrs = w.readStats(ctx, in.StatsNodes())
+	if !cfg.NoStats {
+		in.Stats, in.StatsErrs = w.readStats(ctx, in.StatsNodes())
+	}
 	return Assemble(in), nil
 }
 

@@ -96,6 +96,9 @@ type Holder struct {
 	// Kind is the job's gpujob kind: "train", "trial", "service", or ""
 	// for a job gpujob did not render.
 	Kind string `json:"kind"`
+	// Queue is the queue a gpujob job was submitted into (its meta), ""
+	// when it names none (the default queue) or is not gpujob's.
+	Queue string `json:"queue,omitempty"`
 }
 
 // TrainJob is one gpujob training job.
@@ -151,6 +154,8 @@ type Waiting struct {
 	Namespace string `json:"namespace"`
 	JobID     string `json:"job_id"`
 	Kind      string `json:"kind"` // train, trial, service
+	// Queue is the job's queue (its meta), "" when it names none.
+	Queue string `json:"queue,omitempty"`
 	// Queued is how many allocations wait.
 	Queued int `json:"queued"`
 	// Since is when the job's current version was submitted.

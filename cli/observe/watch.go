@@ -52,6 +52,10 @@ type Config struct {
 	Now func() time.Time
 	// Requests, when set, counts the requests made, by endpoint.
 	Requests func(endpoint string)
+	// NoStats makes Once read no GPU stats, for a view that counts GPUs
+	// and their holders only (`gpujob queue status`): the nodes,
+	// allocations and jobs alone.
+	NoStats bool
 }
 
 // Watcher keeps a view of the cluster current with blocking queries.

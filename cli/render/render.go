@@ -22,6 +22,7 @@ import (
 	"github.com/gpujob/gpujob/internal/containermember"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
+	"github.com/gpujob/gpujob/internal/queue/queuefile"
 	"github.com/gpujob/gpujob/internal/safename"
 )
 
@@ -115,6 +116,14 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	meta[contract.MetaWorkers] = strconv.Itoa(t.Workers)
 	meta[contract.MetaGPUsPerWorker] = strconv.Itoa(t.GPUsPerWorker)
 	meta[contract.MetaTask] = Task
+	if t.Queue != "" {
+		// spec refuses a bad name with its position; a Train built in
+		// code gets the same rule here.
+		if err := queuefile.CheckName(t.Queue); err != nil {
+			return nil, fmt.Errorf("render: %w", err)
+		}
+		meta[contract.MetaQueue] = t.Queue
+	}
 	if t.Image != "" {
 		meta[contract.MetaRun] = ""
 	}

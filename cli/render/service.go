@@ -12,6 +12,7 @@ import (
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/ctyval"
+	"github.com/gpujob/gpujob/internal/queue/queuefile"
 )
 
 // A service's job.
@@ -90,6 +91,12 @@ func (o ServiceOptions) ServiceJobspec(s *spec.Service) ([]byte, error) {
 	meta[contract.MetaKind] = contract.KindService
 	meta[contract.MetaVersion] = s.Version
 	meta[contract.MetaTask] = ServiceTask
+	if s.Queue != "" {
+		if err := queuefile.CheckName(s.Queue); err != nil {
+			return nil, fmt.Errorf("render: %w", err)
+		}
+		meta[contract.MetaQueue] = s.Queue
+	}
 	job.SetAttributeValue("meta", ctyval.StringMap(meta))
 	job.AppendNewline()
 

@@ -21,6 +21,7 @@ import (
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/queue/policy"
 )
 
 // Result is a deployment's outcome (`gpujob service deploy -json`).
@@ -46,6 +47,18 @@ type Request struct {
 	Namespace string
 	// Gateway is the gateway's URL, for the endpoint.
 	Gateway string
+	// Admit, when set, checks the service against its queue before
+	// anything is registered or written (the CLI's queues.CheckSubmit);
+	// nodes are the cluster's as Register read them.
+	Admit func(ctx context.Context, gang policy.Job, nodes []explain.Node) error
+}
+
+// Gang is the service as the queue policy counts it: its initial replicas
+// (at least one) at once, each with its GPUs, CPU and memory.
+func Gang(s *spec.Service) policy.Job {
+	return policy.Job{ID: s.Name, Queue: s.Queue, Kind: policy.KindService, Priority: s.Priority,
+		Members: max(s.Replicas.Initial, 1), PerMember: policy.Resources{GPUs: s.GPUsPerReplica, CPUMHz: s.Resources.CPU,
+			MemoryMB: s.Resources.MemoryMiB}}
 }
 
 // Registered is a registered service job.
@@ -59,8 +72,8 @@ type Registered struct {
 
 // Register renders req's service into a Nomad job and registers it, then
 // writes its route. It refuses a spec naming another namespace than the
-// CLI's, a route another service has, and a name a job that is not a
-// gpujob service has; it says why Nomad cannot place the replicas now
+// CLI's, a route another service has, a name a job that is not a gpujob
+// service has, and what req.Admit refuses; it says why Nomad cannot place the replicas now
 // (Result.Queued); an update of an autoscaled service keeps the count the
 // autoscaler (or a scale) set, within the new bounds.
 func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, req Request) (*Registered, error) {
@@ -94,7 +107,16 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 	if existing != nil && deref(existing.Stop) {
 		existing = nil // stopped: a fresh start at the spec's count
 	}
-	why, err := queued(nomad, s, job)
+	nodes, err := observe.ClusterGPUs(nomad)
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster's GPUs: %w", err)
+	}
+	if req.Admit != nil {
+		if err := req.Admit(ctx, Gang(s), nodes); err != nil {
+			return nil, err
+		}
+	}
+	why, err := queued(nomad, s, job, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +161,7 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 
 // queued says, in plain words, why Nomad cannot place the job's replicas
 // now; "" when it can.
-func queued(nomad nomadapi.API, s *spec.Service, job *api.Job) (string, error) {
-	nodes, err := observe.ClusterGPUs(nomad)
-	if err != nil {
-		return "", fmt.Errorf("reading the cluster's GPUs: %w", err)
-	}
+func queued(nomad nomadapi.API, s *spec.Service, job *api.Job, nodes []explain.Node) (string, error) {
 	plan, err := nomad.Plan(job)
 	if err != nil {
 		return "", fmt.Errorf("planning job %s: %w", s.Name, err)

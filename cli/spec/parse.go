@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/pylaunch"
+	"github.com/gpujob/gpujob/internal/queue/queuefile"
 	"github.com/gpujob/gpujob/internal/safename"
 )
 
@@ -51,6 +52,7 @@ var trainSchema = &hcl.BodySchema{
 		{Name: "node_pool"},
 		{Name: "namespace"},
 		{Name: "priority"},
+		{Name: "queue"},
 		{Name: "meta"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
@@ -513,6 +515,7 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 		}
 	}
 	d.placement(at, &t.Datacenters, &t.NodePool, &t.Namespace, &t.Priority, &t.Meta)
+	d.queue(at["queue"], &t.Queue)
 
 	for _, blk := range c.Blocks {
 		if blk.Type == "artifact" {
@@ -581,6 +584,16 @@ func (d *decoder) placement(at hcl.Attributes, dcs *[]string, pool, ns *string, 
 			if k == "gpujob" || strings.HasPrefix(k, "gpujob_") {
 				d.errorf(at["meta"].Expr.Range(), "Reserved meta key", "meta key %q: gpujob and gpujob_* are set by gpujob itself (%s, …); choose another name.", k, strings.Join(reservedMeta, ", "))
 			}
+		}
+	}
+}
+
+// queue decodes a job's queue: a valid queue name. Whether the queue
+// exists is for submit to check, against the configuration in Consul.
+func (d *decoder) queue(a *hcl.Attribute, dst *string) {
+	if d.str("queue", a, dst) {
+		if err := queuefile.CheckName(*dst); err != nil {
+			d.errorf(a.Expr.Range(), "Invalid queue", "%s.", err)
 		}
 	}
 }

@@ -11,6 +11,7 @@ const (
 	descDatacenters = "Nomad datacenters the job may run in; Nomad's default when unset."
 	descNodePool    = "Nomad node pool the job runs in; Nomad's default when unset."
 	descNamespace   = "Nomad namespace of the job; else the CLI's (`--namespace`, `$NOMAD_NAMESPACE`, `default`)."
+	descQueue       = "Queue the job is submitted into (`gpujob queue list`); the default queue when unset. Submit's `--queue` overrides it; submit refuses a queue that does not exist, and a job its queue's quota could never hold."
 	descMeta        = "Job meta. Keys `gpujob` and `gpujob_*` are gpujob's own and refused."
 	descCPU         = "CPU reservation of one member, in MHz (at least 1)."
 	descMemory      = "Memory reservation of one member, in MiB (at least 10)."
@@ -57,6 +58,7 @@ var fieldDocs = map[string]fieldDoc{
 	"train.node_pool":          {typ: "string", desc: descNodePool},
 	"train.namespace":          {typ: "string", desc: descNamespace},
 	"train.priority":           {typ: "number", def: itoa(DefaultPriority), desc: fmt.Sprintf("Nomad job priority, %d to %d.", MinPriority, MaxPriority)},
+	"train.queue":              {typ: "string", desc: descQueue},
 	"train.meta":               {typ: "map(string)", desc: descMeta},
 
 	"train.artifact":             {desc: "A file Nomad fetches into each member before it starts (Nomad's artifact block); may repeat."},
@@ -126,6 +128,7 @@ var fieldDocs = map[string]fieldDoc{
 	"service.node_pool":        {typ: "string", desc: descNodePool},
 	"service.namespace":        {typ: "string", desc: descNamespace},
 	"service.priority":         {typ: "number", def: itoa(DefaultPriority), desc: fmt.Sprintf("Nomad job priority, %d to %d.", MinPriority, MaxPriority)},
+	"service.queue":            {typ: "string", desc: descQueue},
 	"service.meta":             {typ: "map(string)", desc: descMeta},
 
 	"service.replicas":         {desc: "Bounds of the replica count."},

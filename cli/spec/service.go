@@ -65,8 +65,11 @@ type Service struct {
 	NodePool    string
 	Namespace   string
 	Priority    int
-	Meta        map[string]string
-	Ranges      Ranges
+	// Queue is the queue the service is deployed into; "" is the default
+	// queue. service deploy --queue overrides it.
+	Queue  string
+	Meta   map[string]string
+	Ranges Ranges
 }
 
 // Replicas bounds the group's count.
@@ -136,6 +139,7 @@ var serviceSchema = &hcl.BodySchema{
 		{Name: "node_pool"},
 		{Name: "namespace"},
 		{Name: "priority"},
+		{Name: "queue"},
 		{Name: "meta"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
@@ -250,6 +254,7 @@ func decodeService(b *hcl.Block, ctx *hcl.EvalContext) (*Service, hcl.Diagnostic
 		d.errorf(at["version"].Expr.Range(), "Invalid version", "%q is not a version label: 1 to 63 letters, digits, dots, dashes and underscores, starting with a letter or digit.", s.Version)
 	}
 	d.placement(at, &s.Datacenters, &s.NodePool, &s.Namespace, &s.Priority, &s.Meta)
+	d.queue(at["queue"], &s.Queue)
 
 	if blk := d.singleBlock(c.Blocks, "replicas"); blk != nil {
 		d.replicas(blk, &s.Replicas)

@@ -86,7 +86,10 @@ type Train struct {
 	NodePool          string
 	Namespace         string
 	Priority          int
-	Meta              map[string]string
+	// Queue is the queue the job is submitted into; "" is the default
+	// queue. submit --queue overrides it.
+	Queue string
+	Meta  map[string]string
 	// Ranges locate the block and its fields in the source, for errors
 	// found later (CheckFits, a plan that cannot place the job).
 	Ranges Ranges

@@ -1,4 +1,4 @@
-package sweepjob
+package sweepjob_test
 
 import (
 	"encoding/json"
@@ -6,43 +6,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
-	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
+	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/cli/sweepjob/fixture"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/safename"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
-	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
-
-func verbsRecord(t *testing.T) (*Record, string) {
-	t.Helper()
-	batch := "batch"
-	const stand = "@@gpujob-trial@@" // sweepjob's trial stand-in
-	rec := &Record{Version: RecordVersion, Namespace: "default", Sweep: "lr", Metric: "acc", Algorithm: "random",
-		MaxTrials: 2, Parallel: 1, Params: search.Space{search.Uniform("lr", 0, 1)}, Submitted: time.Unix(1700000000, 0),
-		Template: &api.Job{Type: &batch, Meta: map[string]string{contract.MetaKind: contract.KindTrain, contract.MetaSweep: "lr", contract.MetaTrial: stand},
-			TaskGroups: []*api.TaskGroup{{Tasks: []*api.Task{{Name: "train", Driver: render.Driver,
-				Config: map[string]any{"sweep": "lr", "trial": stand}}}}}}}
-	d, err := rec.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec, d
-}
 
 // The controller runs its record's plan only when the record passes its
 // checks; otherwise a plan that fails the sweep with the reason.
 func TestControllerPlanRefusesRecordsItCannotVouchFor(t *testing.T) {
-	rec, d := verbsRecord(t)
+	rec, d := fixture.Record(t)
 	for _, tc := range []struct {
 		name   string
 		digest string
 		creds  *sweepcreds.Credentials
-		change func(*Record)
+		change func(*sweepjob.Record)
 		want   string // "" = runs
 	}{
 		{name: "without ACLs, its own record", digest: d},
@@ -52,7 +34,7 @@ func TestControllerPlanRefusesRecordsItCannotVouchFor(t *testing.T) {
 		{name: "with ACLs, no digest to check against", digest: d, creds: &sweepcreds.Credentials{},
 			want: "holds no digest of the sweep's record"},
 		{name: "without ACLs, another sweep's template", digest: d,
-			change: func(r *Record) { r.Template.Meta[contract.MetaSweep] = "other" }, want: `its job meta gpujob_sweep is "other"`},
+			change: func(r *sweepjob.Record) { r.Template.Meta[contract.MetaSweep] = "other" }, want: `its job meta gpujob_sweep is "other"`},
 	} {
 		r := *rec
 		tmpl := *rec.Template
@@ -64,7 +46,7 @@ func TestControllerPlanRefusesRecordsItCannotVouchFor(t *testing.T) {
 		if tc.change != nil {
 			tc.change(&r)
 		}
-		p, err := ControllerPlan(&r, "default", "lr", tc.digest, tc.creds)
+		p, err := sweepjob.ControllerPlan(&r, "default", "lr", tc.digest, tc.creds)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -88,7 +70,7 @@ func TestParseMaxTrials(t *testing.T) {
 		want    int
 		wantErr bool
 	}{{"+4", 10, 14, false}, {"12", 10, 12, false}, {"+0", 3, 3, false}, {"-1", 3, 0, true}, {"x", 3, 0, true}, {"", 3, 0, true}} {
-		m, err := ParseMaxTrials(tc.in)
+		m, err := sweepjob.ParseMaxTrials(tc.in)
 		if (err != nil) != tc.wantErr || err == nil && m.Of(tc.cur) != tc.want {
 			t.Errorf("ParseMaxTrials(%q).Of(%d) = %d, %v", tc.in, tc.cur, m.Of(tc.cur), err)
 		}
@@ -103,21 +85,21 @@ func TestExtend(t *testing.T) {
 			Trials: []controller.Trial{{ID: controller.TrialID(0)}, {ID: controller.TrialID(1)}}}
 	}
 	st := ended()
-	if err := Extend(st, "lr", MaxTrials{N: 2, Add: true}); err != nil {
+	if err := sweepjob.Extend(st, "lr", sweepjob.MaxTrials{N: 2, Add: true}); err != nil {
 		t.Fatal(err)
 	}
 	if st.MaxTrials != 4 || st.Status != controller.StatusRunning || st.Reason != "" || !st.Ended.IsZero() || st.StopRequested {
 		t.Errorf("after +2: %+v", st)
 	}
 	for _, tc := range []struct {
-		m    MaxTrials
+		m    sweepjob.MaxTrials
 		want string
 	}{
-		{MaxTrials{N: 1}, "sweep lr already has 2 trials; --max-trials must be at least that"},
-		{MaxTrials{N: spec.MaxTrials + 1}, "a sweep holds at most"},
+		{sweepjob.MaxTrials{N: 1}, "sweep lr already has 2 trials; --max-trials must be at least that"},
+		{sweepjob.MaxTrials{N: spec.MaxTrials + 1}, "a sweep holds at most"},
 	} {
 		st := ended()
-		if err := Extend(st, "lr", tc.m); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := sweepjob.Extend(st, "lr", tc.m); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.m, err, tc.want)
 		}
 		if st.Status != controller.StatusCompleted || st.MaxTrials != 2 {
@@ -127,7 +109,7 @@ func TestExtend(t *testing.T) {
 }
 
 func TestCurves(t *testing.T) {
-	rec, _ := verbsRecord(t)
+	rec, _ := fixture.Record(t)
 	rec.Metric = "score"
 	v := func(f float64) *float64 { return &f }
 	st := &controller.State{Trials: []controller.Trial{
@@ -145,7 +127,7 @@ func TestCurves(t *testing.T) {
 			metrics[safename.Encode(controller.TrialID(i))], _ = json.Marshal(m)
 		}
 	}
-	curves, err := Curves(rec, st, metrics)
+	curves, err := sweepjob.Curves(rec, st, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +136,7 @@ func TestCurves(t *testing.T) {
 		t.Fatalf("curves: %+v", curves)
 	}
 	metrics[safename.Encode(controller.TrialID(0))] = []byte("{")
-	if _, err := Curves(rec, st, metrics); err == nil || !strings.Contains(err.Error(), "reading the metrics of "+controller.TrialID(0)) {
+	if _, err := sweepjob.Curves(rec, st, metrics); err == nil || !strings.Contains(err.Error(), "reading the metrics of "+controller.TrialID(0)) {
 		t.Errorf("a broken metrics record: %v", err)
 	}
 }

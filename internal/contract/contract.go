@@ -3,7 +3,8 @@
 // Nomad job and the CLI, gateway, autoscaler and sweep controller read back;
 // the stat names the device plugin reports and `gpujob gpus`, `top` and the
 // exporter read; the environment and the line prefixes a rank sees and
-// prints; the driver and device names; the default checkpoint root.
+// prints; the driver and device names; the default checkpoint root; the
+// Consul KV keys of the queue configuration.
 //
 // A name here is a wire format: a job rendered by one release is read by
 // the next, so changing one is a breaking change for running jobs. The
@@ -50,6 +51,9 @@ const (
 	MetaNamespace = "gpujob_namespace"
 	// MetaRoute is the route a service's job claims (servekv.Route JSON).
 	MetaRoute = "gpujob_route"
+	// MetaQueue is the queue a train, trial or service job was submitted
+	// into (a spec's queue, or --queue); absent: the default queue.
+	MetaQueue = "gpujob_queue"
 )
 
 // The kinds a job's MetaKind holds.
@@ -63,7 +67,23 @@ const (
 
 // ReservedMeta are the meta keys a spec's own meta may not set: gpujob
 // writes them.
-var ReservedMeta = []string{MetaKind, MetaWorkers, MetaGPUsPerWorker, MetaTask, MetaRun}
+var ReservedMeta = []string{MetaKind, MetaWorkers, MetaGPUsPerWorker, MetaTask, MetaRun, MetaQueue}
+
+// The queues' records in Consul KV (internal/queue/queuekv is their
+// layout). The tree is a sibling of the rendezvous, sweeps, services and
+// gateway trees, none of which it shares a prefix with: the tokens a job's
+// processes can reach (the driver's, handed to every supervisor; a
+// namespace's users') have write on those trees only, so no job can write
+// the queue configuration. Only the operators who apply queue files hold
+// write on QueueConfigKey (jobspecs/acl/consul-gpujob-queues.hcl).
+const (
+	// QueuePrefix is the root of the queues' tree, without a trailing
+	// slash.
+	QueuePrefix = "gpujob/queues"
+	// QueueConfigKey holds the applied queue configuration
+	// (`gpujob queue apply`): queuekv.Record JSON.
+	QueueConfigKey = QueuePrefix + "/config"
+)
 
 // Stat names the device plugin reports for each GPU. Those
 // nomad-device-nvidia also reports keep its names, so dashboards built on

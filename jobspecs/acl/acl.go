@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+
+	"github.com/gpujob/gpujob/internal/contract"
 )
 
 //go:embed *.hcl
@@ -57,6 +59,7 @@ var known = map[string]Policy{
 	"consul-gateway":     {Summary: "the gateways' Consul token"},
 	"nomad-gateway":      {Summary: "the gateways' Nomad token"},
 	"consul-exporter":    {Summary: "the exporters' Consul token (read the sweeps)"},
+	"consul-queues":      {Summary: "the queue configuration: write for who applies queue files; --read-only for users", ReadOnly: true},
 	"nomad-exporter":     {Summary: "the exporters' Nomad token (read nodes, jobs, allocations, logs)"},
 }
 
@@ -131,6 +134,14 @@ func Render(pol Policy, p Params) ([]byte, error) {
 		if !validPrefix.MatchString(v) || strings.Contains("/"+v+"/", "/../") || strings.Contains("/"+v+"/", "/./") {
 			return nil, fmt.Errorf("%s %q: a Consul KV prefix must be segments of letters, digits, '-', '_' and '.' "+
 				"separated by single '/' (no '.' or '..' segment)", f.flag, f.v)
+		}
+		// A namespace's tree is <prefix>/<namespace>/: one that could be
+		// the queues' tree (a namespace named "queues" under "gpujob"), or
+		// hold it, would let that namespace's users write the queue
+		// configuration.
+		if q := contract.QueuePrefix + "/"; strings.HasPrefix(q, v+"/") || strings.HasPrefix(v+"/", q) {
+			return nil, fmt.Errorf("%s %q: the queue configuration lives under %s/, and a namespace's tree there would let its users write it; "+
+				"choose a prefix beside it", f.flag, f.v, contract.QueuePrefix)
 		}
 	}
 	p.SweepPrefix, p.ServicePrefix = strings.TrimSuffix(p.SweepPrefix, "/"), strings.TrimSuffix(p.ServicePrefix, "/")

@@ -54,7 +54,9 @@ consul-sweeps and consul-services for Consul, each rendered for that
 namespace. The Consul ones write only <prefix>/<namespace>/ (the trailing slash
 keeps a namespace whose name extends another's apart); consul-services also
 reads every namespace's routes, for the check that no two services take one
-path. --read-only renders the Consul ones read only.
+path. --read-only renders the Consul ones read only. consul-queues is the
+queue configuration's: as is for those who apply queue files, --read-only for
+users (submit's queue check).
 
 --sweep-prefix and --service-prefix (default $GPUJOB_SWEEP_KEY_PREFIX and
 $GPUJOB_SERVICE_KEY_PREFIX, else gpujob/sweeps and gpujob/services) must be

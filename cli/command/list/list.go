@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -57,40 +58,41 @@ was submitted, and its allocations by state. Other Nomad jobs are left out.`,
   gpujob list --json | jq -r '.[] | select(.state == "running") | .name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			nomad, err := f.Nomad()
-			if err != nil {
-				return err
-			}
-			jobs, err := Collect(nomad)
-			if err != nil {
-				return err
-			}
-			if o.JSON {
-				return gpujobs.PrintJSON(f.IO.Out, jobs)
-			}
-			if len(jobs) == 0 {
-				fmt.Fprintln(f.IO.Out, "No training jobs.")
-				return nil
-			}
-			now := time.Now
-			if f.Now != nil {
-				now = f.Now
-			}
-			t := gpujobs.NewTable(f.IO.Out, "NAME", "STATE", "WORKERS", "GPUS/WORKER", "SUBMITTED",
-				"PENDING", "RUNNING", "COMPLETE", "FAILED", "LOST")
-			for _, j := range jobs {
-				t.Row(j.Name, j.State, num(j.Workers), num(j.GPUsPerWorker), gpujobs.Ago(now(), j.Submitted),
-					strconv.Itoa(j.Counts.Pending), strconv.Itoa(j.Counts.Running), strconv.Itoa(j.Counts.Complete),
-					strconv.Itoa(j.Counts.Failed), strconv.Itoa(j.Counts.Lost))
-			}
-			return t.Flush()
+			return cmdutil.Run(cmd.Context(), o, runF, func(context.Context) error { return run(f, o) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
+}
+
+func run(f *factory.Factory, o *Options) error {
+	nomad, err := f.Nomad()
+	if err != nil {
+		return err
+	}
+	jobs, err := Collect(nomad)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return gpujobs.PrintJSON(f.IO.Out, jobs)
+	}
+	if len(jobs) == 0 {
+		fmt.Fprintln(f.IO.Out, "No training jobs.")
+		return nil
+	}
+	now := time.Now
+	if f.Now != nil {
+		now = f.Now
+	}
+	t := gpujobs.NewTable(f.IO.Out, "NAME", "STATE", "WORKERS", "GPUS/WORKER", "SUBMITTED",
+		"PENDING", "RUNNING", "COMPLETE", "FAILED", "LOST")
+	for _, j := range jobs {
+		t.Row(j.Name, j.State, num(j.Workers), num(j.GPUsPerWorker), gpujobs.Ago(now(), j.Submitted),
+			strconv.Itoa(j.Counts.Pending), strconv.Itoa(j.Counts.Running), strconv.Itoa(j.Counts.Complete),
+			strconv.Itoa(j.Counts.Failed), strconv.Itoa(j.Counts.Lost))
+	}
+	return t.Flush()
 }
 
 // Collect lists the training jobs, newest first. The job list is asked with

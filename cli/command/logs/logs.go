@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -60,15 +61,8 @@ at once, whole lines at a time, including members that start later
 			} else if o.Rank < 0 {
 				return fmt.Errorf("--rank must be 0 or more, not %d", o.Rank)
 			}
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
 			o.Job = args[0]
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return run(ctx, f, o, o.Job)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o, o.Job) })
 		},
 	}
 	cmd.Flags().IntVar(&o.Rank, "rank", 0, "show only this global `rank`'s lines")

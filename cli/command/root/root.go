@@ -14,6 +14,7 @@ import (
 	"github.com/gpujob/gpujob/cli/command/gpus"
 	"github.com/gpujob/gpujob/cli/command/list"
 	"github.com/gpujob/gpujob/cli/command/logs"
+	"github.com/gpujob/gpujob/cli/command/queue"
 	"github.com/gpujob/gpujob/cli/command/render"
 	"github.com/gpujob/gpujob/cli/command/service"
 	"github.com/gpujob/gpujob/cli/command/status"
@@ -50,6 +51,7 @@ NOMAD_CLIENT_KEY, or the flags below.`,
   gpujob train logs bert-finetune --rank 1 -f
   gpujob sweep submit jobspecs/examples/sweep-toy.hcl
   gpujob service deploy jobspecs/examples/serve-cpu.hcl
+  gpujob queue status
   gpujob gpus`,
 		Version:       Version,
 		SilenceUsage:  true,
@@ -104,7 +106,7 @@ NOMAD_CLIENT_KEY, or the flags below.`,
 	// Today's top-level spellings of the train verbs stay: `gpujob submit`
 	// is `gpujob train submit`, built by the same constructor.
 	for _, sub := range append(trainVerbs, gpus.NewCmd, sweep.NewCmd, service.NewCmd, token.NewCmd, gateway.NewCmd,
-		exporter.NewCmd, top.NewCmd, acl.NewCmd) {
+		exporter.NewCmd, top.NewCmd, acl.NewCmd, queue.NewCmd) {
 		c := sub(f)
 		explainDenied(c)
 		cmd.AddCommand(c)

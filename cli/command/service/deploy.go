@@ -8,11 +8,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpujob/gpujob/cli/cmdutil"
+	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/queue/policy"
+	"github.com/gpujob/gpujob/internal/queue/queuefile"
+	"github.com/gpujob/gpujob/internal/queue/queuekv"
 	"github.com/gpujob/gpujob/internal/servekv"
 )
 
@@ -24,6 +29,8 @@ type DeployOptions struct {
 	Detach         bool
 	JSON           bool
 	Gateway        string
+	// Queue is --queue: the queue the service goes into, over the spec's.
+	Queue string
 }
 
 func newDeployCmd(f *factory.Factory) *cobra.Command { return NewDeployCmd(f, nil) }
@@ -45,22 +52,31 @@ Deploy then follows the deployment until it succeeds (exit 0), or fails
 (exit 1, saying why and whether Nomad reverted to the last good version).
 --detach returns once the job is registered. If the cluster cannot place
 the replicas now, deploy says why in plain words; Nomad places them when it
-can.`,
+can.
+
+The service goes into its spec's queue (queue = "NAME"), --queue's, or the
+default queue: when a queue configuration exists (gpujob queue), deploy
+refuses a queue that does not exist and a service whose initial replicas its
+queue could never hold, before anything is registered.`,
 		Example: `  gpujob service deploy jobspecs/examples/serve-bert.hcl
   gpujob service deploy -var version=v2 jobspecs/examples/serve-bert.hcl
-  gpujob service deploy --detach -json serve.hcl`,
+  gpujob service deploy --detach -json serve.hcl
+  gpujob service deploy --queue serving serve.hcl`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
+			if o.Queue != "" {
+				if err := queuefile.CheckName(o.Queue); err != nil {
+					return fmt.Errorf("--queue: %w", err)
+				}
 			}
-			return deploy(cmd.Context(), f, o, o.Path)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return deploy(ctx, f, o, o.Path) })
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
 	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the outcome as JSON")
+	cmd.Flags().StringVar(&o.Queue, "queue", "", "the `queue` to deploy into (default: the spec's queue, else the default queue)")
 	addGatewayFlag(cmd, &o.Gateway)
 	return cmd
 }
@@ -85,12 +101,18 @@ func deploy(ctx context.Context, f *factory.Factory, o *DeployOptions, path stri
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was deployed", path)}
 	}
+	if o.Queue != "" {
+		s.Queue = o.Queue
+	}
 	nomad, store, err := clients(f)
 	if err != nil {
 		return err
 	}
+	admit := func(ctx context.Context, gang policy.Job, nodes []explain.Node) error {
+		return queues.CheckSubmit(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut)
+	}
 	reg, err := servicedeploy.Register(ctx, nomad, store, servicedeploy.Request{Service: s, Namespace: f.Namespace(),
-		Gateway: gatewayclient.Addr(o.Gateway)})
+		Gateway: gatewayclient.Addr(o.Gateway), Admit: admit})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

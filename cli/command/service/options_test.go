@@ -14,7 +14,9 @@ func TestDeployOptionsFromArgs(t *testing.T) {
 		{Args: []string{"serve.hcl"}, Want: DeployOptions{Path: "serve.hcl"}},
 		{Args: []string{"--var", "version=v2", "--var-file", "v.hcl", "--detach", "--json", "--gateway", "http://gw:8080", "serve.hcl"},
 			Want: DeployOptions{Path: "serve.hcl", Vars: []string{"version=v2"}, VarFiles: []string{"v.hcl"}, Detach: true, JSON: true, Gateway: "http://gw:8080"}},
+		{Args: []string{"--queue", "serving", "serve.hcl"}, Want: DeployOptions{Path: "serve.hcl", Queue: "serving"}},
 	}, []string{})
+	cmdtest.CheckRefusals(t, NewDeployCmd, cmdtest.Refusal{Args: []string{"--queue", "a/b", "serve.hcl"}, Err: `--queue: "a/b" is not a queue name`})
 }
 
 func TestRenderOptionsFromArgs(t *testing.T) {

@@ -36,10 +36,7 @@ func NewRenderCmd(f *factory.Factory, runF func(context.Context, *RenderOptions)
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runRender(f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(context.Context) error { return runRender(f, o) })
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)

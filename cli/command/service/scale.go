@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
@@ -41,10 +42,7 @@ away from it again as the load says.`,
 				return fmt.Errorf("COUNT must be a whole number of replicas, 0 or more, not %q", args[1])
 			}
 			o.Name, o.Count = args[0], n
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runScale(f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(context.Context) error { return runScale(f, o) })
 		},
 	}
 	return cmd

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
@@ -169,21 +170,11 @@ job against the cluster's GPUs, in submit's words ("needs 4 × 1 nvidia/gpu;
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Job = args[0]
-			if runF != nil {
-				return runF(ctxOf(cmd), o)
-			}
-			return run(ctxOf(cmd), f, o, o.Job)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o, o.Job) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
-}
-
-func ctxOf(cmd *cobra.Command) context.Context {
-	if ctx := cmd.Context(); ctx != nil {
-		return ctx
-	}
-	return context.Background()
 }
 
 func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -46,15 +47,8 @@ the job is deregistered. Checkpoints are kept.`,
   gpujob stop --detach bert-finetune`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
 			o.Job = args[0]
-			if runF != nil {
-				return runF(ctx, o)
-			}
-			return run(ctx, f, o, o.Job)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o, o.Job) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.Purge, "purge", false, "also remove the job from Nomad's state")

@@ -18,9 +18,13 @@ import (
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/internal/queue/policy"
+	"github.com/gpujob/gpujob/internal/queue/queuefile"
+	"github.com/gpujob/gpujob/internal/queue/queuekv"
 )
 
 // Exit codes beyond 0 (the job succeeded) and 1 (it failed, or bad input).
@@ -39,9 +43,11 @@ type Options struct {
 	Vars           []string
 	VarFiles       []string
 	CheckpointRoot string
-	NoQueue        bool
-	Detach         bool
-	Logs           bool
+	// Queue is --queue: the queue the job goes into, over the spec's.
+	Queue   string
+	NoQueue bool
+	Detach  bool
+	Logs    bool
 }
 
 // NewCmd returns the submit command.
@@ -55,7 +61,12 @@ func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) 
 		Use:   "submit SPEC",
 		Short: "Submit a training spec to Nomad and watch it run",
 		Long: `Submit renders SPEC into a Nomad jobspec, asks Nomad to plan it, and
-registers it. If the cluster cannot place every worker now, submit says why
+registers it. A job goes into its spec's queue (queue = "NAME"), --queue's,
+or the default queue: when a queue configuration exists (gpujob queue), submit
+refuses a queue that does not exist and a job its queue could never hold,
+before anything is registered.
+
+If the cluster cannot place every worker now, submit says why
 in plain words and queues the job (Nomad places it when GPUs free up), or,
 with --no-queue, registers nothing and exits 2.
 
@@ -65,20 +76,24 @@ every worker succeeded, 1 when it failed. --detach returns once the job is
 registered; Ctrl-C stops watching and leaves the job running.`,
 		Example: `  gpujob submit jobspecs/examples/bert-finetune.hcl
   gpujob submit -var workers=4 -var workload=$PWD/jobspecs/workloads/bert_finetune.py jobspecs/examples/bert-finetune.hcl
+  gpujob submit --queue team-a train.hcl
   gpujob submit --no-queue --detach train.hcl
   gpujob submit --logs train.hcl      # progress and every worker's output`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
+			if o.Queue != "" {
+				if err := queuefile.CheckName(o.Queue); err != nil {
+					return fmt.Errorf("--queue: %w", err)
+				}
 			}
-			return run(cmd.Context(), f, o, o.Path)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o, o.Path) })
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
 	gpujobs.AddRenderFlags(cmd, &o.CheckpointRoot)
+	cmd.Flags().StringVar(&o.Queue, "queue", "", "the `queue` to submit into (default: the spec's queue, else the default queue)")
 	cmd.Flags().BoolVar(&o.NoQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
 	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
 	cmd.Flags().BoolVar(&o.Logs, "logs", false, "also stream every worker's stdout while watching")
@@ -95,6 +110,9 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 	if diags.HasErrors() {
 		fmt.Fprint(f.IO.ErrOut, spec.Format(diags, files))
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: the spec has errors; nothing was submitted", path)}
+	}
+	if o.Queue != "" {
+		t.Queue = o.Queue
 	}
 	hcl, err := ro.Jobspec(t)
 	if err != nil {
@@ -124,6 +142,11 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 		fmt.Fprint(f.IO.ErrOut, spec.Format(spec.CheckCapacity(t, c.Workers, c.String()), files))
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %d workers cannot fit the cluster at %s, which could hold at most %d; nothing was submitted",
 			path, t.Workers, nomad.Address(), c.Workers)}
+	}
+	gang := policy.Job{ID: t.Name, Queue: t.Queue, Kind: policy.KindTrain, Priority: t.Priority, Members: t.Workers,
+		PerMember: policy.Resources{GPUs: t.GPUsPerWorker, CPUMHz: t.WorkerCPU(), MemoryMB: t.WorkerMemoryMiB()}}
+	if err := queues.CheckSubmit(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut); err != nil {
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w; nothing was submitted", path, err)}
 	}
 	job, err := nomad.ParseHCL(string(hcl), "")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/factory"
@@ -76,9 +77,15 @@ func alloc(i int, status string, events ...taskevent.Event) *api.Allocation {
 
 func runCmd(t *testing.T, f *nomadapi.Fake, args ...string) (string, string, error) {
 	t.Helper()
+	return runCmdConsul(t, f, func() (*consul.Client, error) { return shared.Client(t), nil }, args...)
+}
+
+// runCmdConsul is runCmd with the Consul the queue check reads.
+func runCmdConsul(t *testing.T, f *nomadapi.Fake, c func() (*consul.Client, error), args ...string) (string, string, error) {
+	t.Helper()
 	io, _, out, errOut := iostreams.Test()
 	clock := time.Unix(1764490000, 0)
-	fac := &factory.Factory{IO: io, Nomad: func() (nomadapi.API, error) { return f, nil },
+	fac := &factory.Factory{IO: io, Nomad: func() (nomadapi.API, error) { return f, nil }, Consul: c,
 		Now: func() time.Time { clock = clock.Add(100 * time.Millisecond); return clock }}
 	cmd := NewCmd(fac)
 	cmd.SetArgs(args)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/spec"
@@ -39,10 +40,7 @@ trial's value, ready for gpujob submit.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runBest(cmd.Context(), f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runBest(ctx, f, o) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")

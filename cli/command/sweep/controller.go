@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
@@ -36,10 +37,7 @@ func NewControllerCmd(f *factory.Factory, runF func(context.Context, *Controller
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runController(cmd.Context(), f, o.Name)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runController(ctx, f, o.Name) })
 		},
 	}
 }

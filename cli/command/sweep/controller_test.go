@@ -3,41 +3,20 @@ package sweep
 import (
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/hashicorp/nomad/api"
-
-	"github.com/gpujob/gpujob/cli/render"
-	"github.com/gpujob/gpujob/cli/sweepjob"
-	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/cli/sweepjob/fixture"
+	"github.com/gpujob/gpujob/cli/sweepops"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
-	"github.com/gpujob/gpujob/internal/sweep/search"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
-func testRecord(t *testing.T) (*sweepjob.Record, string) {
-	t.Helper()
-	batch := "batch"
-	const stand = "@@gpujob-trial@@" // sweepjob's trial stand-in
-	rec := &sweepjob.Record{Version: sweepjob.RecordVersion, Namespace: "default", Sweep: "lr", Metric: "acc", Algorithm: "random",
-		MaxTrials: 2, Parallel: 1, Params: search.Space{search.Uniform("lr", 0, 1)}, Submitted: time.Unix(1700000000, 0),
-		Template: &api.Job{Type: &batch, Meta: map[string]string{contract.MetaKind: contract.KindTrain, contract.MetaSweep: "lr", contract.MetaTrial: stand},
-			TaskGroups: []*api.TaskGroup{{Tasks: []*api.Task{{Name: "train", Driver: render.Driver,
-				Config: map[string]any{"sweep": "lr", "trial": stand}}}}}}}
-	d, err := rec.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec, d
-}
-
 // What a trial's reporting budgets held back shows in its note and -json.
 func TestStatusShowsWhatTheBudgetsHeldBack(t *testing.T) {
-	rec, _ := testRecord(t)
+	rec, _ := fixture.Record(t)
 	st := &controller.State{Namespace: "default", Sweep: "lr", Status: controller.StatusRunning, MaxTrials: 2,
 		Trials: []controller.Trial{{ID: "trial-001", JobID: "lr-trial-001", State: controller.TrialRunning,
 			Held: &sweepkv.Reporting{ResultsDeferred: 4, ByteBudgetWaits: 2}}}}
-	s := newStatus(rec, st)
+	s := sweepops.NewStatus(rec, st)
 	var b strings.Builder
 	if err := printStatus(&b, s); err != nil {
 		t.Fatal(err)

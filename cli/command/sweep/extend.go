@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/sweepjob"
@@ -46,10 +47,7 @@ far, a random search continues its seeded sequence, a grid its next cells.`,
 				return err
 			}
 			o.Name, o.MaxTrials = args[0], m
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runExtend(cmd.Context(), f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runExtend(ctx, f, o) })
 		},
 	}
 	cmd.Flags().StringVar(&more, "max-trials", "", "`+N` more trials, or N in all")
@@ -90,7 +88,7 @@ func runExtend(ctx context.Context, f *factory.Factory, o *ExtendOptions) error 
 	if err := creds.Ensure(); err != nil {
 		return err
 	}
-	st, err := e.update(ctx, name, func(st *controller.State) error { return sweepjob.Extend(st, name, o.MaxTrials) })
+	st, err := e.sweeps().Update(ctx, name, func(st *controller.State) error { return sweepjob.Extend(st, name, o.MaxTrials) })
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/render"
@@ -41,10 +42,7 @@ parameter values, job ID and checkpoint directory).`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runRender(f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(context.Context) error { return runRender(f, o) })
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)

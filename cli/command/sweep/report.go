@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/cli/sweepplot"
@@ -50,10 +51,7 @@ dashed. The format follows the file's extension (png, svg or pdf) unless
 				o.Format = strings.TrimPrefix(filepath.Ext(o.Output), ".")
 			}
 			o.Name = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runReport(cmd.Context(), f, o)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runReport(ctx, f, o) })
 		},
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "the `file` to write")

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpujob/gpujob/cli/spec"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/cli/sweepops"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/search"
@@ -73,10 +75,7 @@ as the user that holds the tokens.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runSubmit(cmd.Context(), f, o, o.Path)
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return runSubmit(ctx, f, o, o.Path) })
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
@@ -162,7 +161,7 @@ func runSubmit(ctx context.Context, f *factory.Factory, o *SubmitOptions, path s
 	case err == nil:
 		return fmt.Errorf("sweep %s already exists (%s): gpujob sweep status %s, or remove it with gpujob sweep stop --purge %s",
 			sw.Name, old.Status, sw.Name, sw.Name)
-	case !errors.Is(err, errNoSweep):
+	case !errors.Is(err, sweepops.ErrNoSweep):
 		return err
 	}
 	if err := checkControllerFree(e, *ctl.ID, sw.Name); err != nil {
@@ -322,7 +321,7 @@ func controllerEnv(e *env, sweep string) render.Controller {
 	// raw_exec hands a task the client agent's environment: blank every
 	// token variable so the controller never acts with an agent's token,
 	// and name the key prefix so it reads the tree this CLI wrote.
-	envv := map[string]string{"NOMAD_ADDR": e.nomad.Address(), "CONSUL_HTTP_ADDR": consulAddr(),
+	envv := map[string]string{"NOMAD_ADDR": e.nomad.Address(), "CONSUL_HTTP_ADDR": sweepops.ConsulAddr(),
 		"NOMAD_TOKEN": "", "CONSUL_HTTP_TOKEN": "", "CONSUL_HTTP_TOKEN_FILE": "", "CONSUL_HTTP_AUTH": "",
 		EnvKeyPrefix: e.prefix}
 	copied := []string{"CONSUL_HTTP_SSL", "CONSUL_TLS_SERVER_NAME", "NOMAD_REGION"}

@@ -4,9 +4,6 @@ package sweep
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 
 	consul "github.com/hashicorp/consul/api"
 	"github.com/spf13/cobra"
@@ -15,6 +12,7 @@ import (
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/sweepcreds"
 	"github.com/gpujob/gpujob/cli/sweepjob"
+	"github.com/gpujob/gpujob/cli/sweepops"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 )
 
@@ -65,46 +63,27 @@ type env struct {
 	acl sweepcreds.Mode
 }
 
+// sweeps is e's sweeps as the library that acts on them sees them.
+func (e *env) sweeps() *sweepops.Sweeps {
+	s := &sweepops.Sweeps{Consul: e.consul, Nomad: e.nomad, Namespace: e.ns, Prefix: e.prefix, ACL: e.acl}
+	if e.f != nil {
+		s.Now = e.f.Now
+	}
+	return s
+}
+
 // detectACL asks Nomad and Consul whether they enforce ACLs.
 func (e *env) detectACL() error {
-	m, err := sweepcreds.Detect(e.nomad, sweepcreds.NewConsul(e.consul))
-	if err != nil {
+	s := e.sweeps()
+	if err := s.DetectACL(); err != nil {
 		return err
 	}
-	e.acl = m
+	e.acl = s.ACL
 	return nil
 }
 
-// credentials detects whether the clusters enforce ACLs and returns the
-// issuer of sweep name's controller credentials.
-func (e *env) credentials(name string) (*sweepcreds.Issuer, error) {
-	if err := e.detectACL(); err != nil {
-		return nil, err
-	}
-	return e.issuer(name)
-}
-
 // issuer issues and revokes the credentials of sweep name's controller.
-// The Consul TLS files the CLI uses are read here, to be handed over.
-func (e *env) issuer(name string) (*sweepcreds.Issuer, error) {
-	is := &sweepcreds.Issuer{Nomad: e.nomad, Consul: sweepcreds.NewConsul(e.consul), Mode: e.acl,
-		Namespace: e.ns, Sweep: name, KeyPrefix: e.prefix, JobID: controller.ControllerJobID(name)}
-	for _, f := range []struct {
-		env string
-		to  *[]byte
-	}{{"CONSUL_CACERT", &is.ConsulTLS.CA}, {"CONSUL_CLIENT_CERT", &is.ConsulTLS.Cert}, {"CONSUL_CLIENT_KEY", &is.ConsulTLS.Key}} {
-		path := os.Getenv(f.env)
-		if path == "" || !e.acl.Any() {
-			continue
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.env, err)
-		}
-		*f.to = b
-	}
-	return is, nil
-}
+func (e *env) issuer(name string) (*sweepcreds.Issuer, error) { return e.sweeps().Issuer(name) }
 
 func newEnv(f *factory.Factory, needNomad bool) (*env, error) {
 	e := &env{f: f, ns: f.Namespace(), prefix: keyPrefix()}
@@ -125,50 +104,5 @@ func keyPrefix() string { return sweepjob.KeyPrefix() }
 // load reads a sweep's record and state; a sweep that was never submitted
 // is an error that says so.
 func (e *env) load(ctx context.Context, name string) (*sweepjob.Record, *controller.State, uint64, error) {
-	rec, err := sweepjob.LoadRecord(ctx, e.consul, e.prefix, e.ns, name)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	st, index, err := controller.LoadState(ctx, e.consul, e.prefix, e.ns, name)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if rec == nil && index == 0 {
-		return nil, nil, 0, fmt.Errorf("%w %q in namespace %s (Consul at %s)", errNoSweep, name, e.ns, consulAddr())
-	}
-	if rec == nil {
-		return nil, nil, 0, fmt.Errorf("sweep %q has a state but no record in Consul: remove it with gpujob sweep stop --purge %s", name, name)
-	}
-	return rec, st, index, nil
-}
-
-func consulAddr() string {
-	if a := os.Getenv(consul.HTTPAddrEnvName); a != "" {
-		return a
-	}
-	return "127.0.0.1:8500"
-}
-
-// errNoSweep: no record and no state of that name.
-var errNoSweep = errors.New("no sweep")
-
-// update applies change to the sweep's state with check-and-set, retrying
-// on a concurrent write (the controller saves every round).
-func (e *env) update(ctx context.Context, name string, change func(*controller.State) error) (*controller.State, error) {
-	for {
-		st, index, err := controller.LoadState(ctx, e.consul, e.prefix, e.ns, name)
-		if err != nil {
-			return nil, err
-		}
-		if err := change(st); err != nil {
-			return nil, err
-		}
-		ok, err := controller.SaveState(ctx, e.consul, e.prefix, st, index)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return st, nil
-		}
-	}
+	return e.sweeps().Load(ctx, name)
 }

@@ -6,12 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
-	"github.com/gpujob/gpujob/cli/gpujobs"
-
 	"github.com/gpujob/gpujob/internal/sweep/controller"
-	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
 // watch follows a sweep's state by blocking queries and shows one progress
@@ -24,11 +19,11 @@ func watch(ctx context.Context, e *env, name string) error {
 	if err != nil {
 		return err
 	}
-	key := sweepkv.StateKey(e.prefix, e.ns, name)
+	s := e.sweeps()
 	var index uint64
 	last := ""
 	for {
-		st, meta, err := getState(ctx, e.consul, key, index, 15*time.Second)
+		st, meta, err := s.NextState(ctx, name, index, 15*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
 				if e.f.IO.IsTTY {
@@ -57,7 +52,7 @@ func watch(ctx context.Context, e *env, name string) error {
 			last = line
 		}
 		if st.Ended.IsZero() {
-			if why := e.controllerTrouble(name); why != "" {
+			if why := s.ControllerTrouble(name); why != "" {
 				if e.f.IO.IsTTY {
 					fmt.Fprintln(out)
 				}
@@ -91,48 +86,4 @@ func progressLine(st *controller.State, metric string, maximize bool) string {
 		line += fmt.Sprintf("; best %s %s %s", b.ID, metric, formatValue(b.Value))
 	}
 	return line
-}
-
-// controllerTrouble says why the sweep's controller does not run when
-// Nomad has tried it at least twice and none of its allocations runs: the
-// last failed allocation's last task event. "" otherwise.
-func (e *env) controllerTrouble(name string) string {
-	if e.nomad == nil {
-		return ""
-	}
-	allocs, _, err := e.nomad.JobAllocations(controller.ControllerJobID(name), nil)
-	if err != nil {
-		return ""
-	}
-	failed := 0
-	var last *api.AllocationListStub
-	for _, a := range allocs {
-		switch a.ClientStatus {
-		case "running", "pending":
-			return ""
-		case "failed", "lost":
-			failed++
-			if last == nil || a.CreateIndex > last.CreateIndex {
-				last = a
-			}
-		}
-	}
-	if failed < 2 {
-		return ""
-	}
-	// The driver's own words when there are any ("failed to launch
-	// command …"), else the last event.
-	for _, ts := range last.TaskStates {
-		for i := len(ts.Events) - 1; i >= 0; i-- {
-			if ev := ts.Events[i]; ev.Type == api.TaskDriverFailure || ev.DriverError != "" {
-				return gpujobs.EventText(ev)
-			}
-		}
-	}
-	for _, ts := range last.TaskStates {
-		if n := len(ts.Events); n > 0 {
-			return gpujobs.EventText(ts.Events[n-1])
-		}
-	}
-	return last.ClientDescription
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/spec"
@@ -47,10 +48,7 @@ which asks Nomad.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return run(f, o, o.Path)
+			return cmdutil.Run(cmd.Context(), o, runF, func(context.Context) error { return run(f, o, o.Path) })
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
