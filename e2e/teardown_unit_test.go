@@ -155,11 +155,13 @@ const teardownFixtureEnv = "GPUJOB_E2E_TEARDOWN_FIXTURE"
 
 // The fixture runs under a -timeout of fixtureTimeout and stops its cluster
 // fixtureMargin before it: a second into the run, which leaves the stop
-// (dev-down, then the survivor check) four seconds on a loaded machine
-// before go test's panic, and the whole test takes the timeout's 5 s.
+// (dev-down, then the survivor check) 14 s before go test's panic — four
+// were too few beside the unit tests and two lanes of e2e tests on two
+// cores — and the whole test takes the timeout's 15 s, beside the others
+// (it is a parallel test).
 const (
-	fixtureTimeout = 5 * time.Second
-	fixtureMargin  = 4 * time.Second
+	fixtureTimeout = 15 * time.Second
+	fixtureMargin  = 14 * time.Second
 )
 
 // teardownFixture is TestMain as the e2e run's, but with the cluster in dir
@@ -187,6 +189,9 @@ func TestTeardownBeforeTimeout(t *testing.T) {
 		// on a cluster would, so only the timeout ends the run.
 		select {}
 	}
+	// It waits on its fixture's timeout, using no cluster and little
+	// CPU: the lanes run meanwhile.
+	t.Parallel()
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "dev")
 	for _, d := range []string{filepath.Join(dir, "pids"), filepath.Join(dir, "config")} {
