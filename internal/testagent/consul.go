@@ -48,9 +48,10 @@ func cacheDir() string {
 // the same ports and data, as an agent restart in a deployment.
 type Consul struct {
 	// Addr is the HTTP API's host:port.
-	Addr string
-	args []string
-	dir  string
+	Addr    string
+	args    []string
+	dir     string
+	serfLAN int // to tell this agent from another answering on Addr
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -72,11 +73,36 @@ func StartConsulServer(extraHCL string) (*Consul, error) {
 	return startConsul(extraHCL, true)
 }
 
+// portAttempts bounds startConsul's tries on fresh ports: a port found free
+// can be taken before the agent binds it (by an outgoing connection's
+// ephemeral port or another test's agent, with unit and e2e tests side by
+// side), which Consul's own test server answers the same way.
+const portAttempts = 5
+
 func startConsul(extraHCL string, server bool) (*Consul, error) {
 	bin := ConsulBin()
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("no Consul agent at %s: run scripts/install-agents.sh consul (or set CONSUL_BIN)", bin)
 	}
+	var err error
+	for attempt := 1; attempt <= portAttempts; attempt++ {
+		var c *Consul
+		c, err = startConsulOnFreePorts(extraHCL, server)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%d tries: %w", portAttempts, err)
+}
+
+// errPortTaken marks a start that failed because a port was taken between
+// freePorts and the agent's bind.
+var errPortTaken = errors.New("a port was taken before consul bound it")
+
+func startConsulOnFreePorts(extraHCL string, server bool) (*Consul, error) {
 	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
@@ -122,14 +148,18 @@ limits {
 	if err := os.WriteFile(filepath.Join(dir, "consul.hcl"), []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir}
+	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir, serfLAN: ports[1]}
 	c.args = []string{"agent", "-bind", "127.0.0.1", "-client", "127.0.0.1",
 		"-log-level", "warn", "-config-file", filepath.Join(dir, "consul.hcl")}
 	if !server {
 		c.args = append([]string{"agent", "-dev"}, c.args[1:]...)
 	}
 	if err := c.StartProcess(); err != nil {
+		taken := errors.Is(err, errPortTaken) || strings.Contains(c.logTail(), "address already in use")
 		c.Stop()
+		if taken {
+			return nil, fmt.Errorf("%w: %v", errPortTaken, err)
+		}
 		return nil, err
 	}
 	return c, nil
@@ -197,7 +227,12 @@ func (c *Consul) waitLeader(limit time.Duration, exited <-chan struct{}) error {
 	defer cancel()
 	for {
 		if c.sessionWorks(ctx) {
-			return nil
+			// Another agent answering on a port that was ours when freePorts
+			// looked would pass the probe: make sure it is this one.
+			if c.isThisAgent(ctx) {
+				return nil
+			}
+			return fmt.Errorf("%w: another agent answers on %s", errPortTaken, c.Addr)
 		}
 		select {
 		case <-exited:
@@ -228,6 +263,22 @@ func (c *Consul) sessionWorks(ctx context.Context) bool {
 		resp.Body.Close()
 	}
 	return true
+}
+
+// isThisAgent reports whether the agent on c.Addr gossips on c's serf LAN
+// port.
+func (c *Consul) isThisAgent(ctx context.Context) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/v1/agent/self", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var self struct{ Member struct{ Port int } }
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&self) != nil {
+		return false
+	}
+	return self.Member.Port == c.serfLAN
 }
 
 func (c *Consul) logTail() string {
