@@ -208,10 +208,12 @@ func TestTamperedRecordsAreRefused(t *testing.T) {
 		value []byte
 		want  string
 	}{}
-	add := func(id string, b []byte, want string) { cases[id] = struct {
-		value []byte
-		want  string
-	}{b, want} }
+	add := func(id string, b []byte, want string) {
+		cases[id] = struct {
+			value []byte
+			want  string
+		}{b, want}
+	}
 	r := good("liar")
 	r.PerMember.GPUs = 0 // the job asks for 1
 	add("liar", raw(r), "a member asks for 1 GPUs")
