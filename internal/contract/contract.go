@@ -54,6 +54,11 @@ const (
 	// MetaQueue is the queue a train, trial or service job was submitted
 	// into (a spec's queue, or --queue); absent: the default queue.
 	MetaQueue = "gpujob_queue"
+	// MetaAdmission marks a job the admission controller registered:
+	// "<record's Consul CreateIndex>.<admission number>". The controller
+	// reads it back before registering again, so that a crash between
+	// registering and recording the admission never registers twice.
+	MetaAdmission = "gpujob_admission"
 )
 
 // The kinds a job's MetaKind holds.
@@ -67,7 +72,7 @@ const (
 
 // ReservedMeta are the meta keys a spec's own meta may not set: gpujob
 // writes them.
-var ReservedMeta = []string{MetaKind, MetaWorkers, MetaGPUsPerWorker, MetaTask, MetaRun, MetaQueue}
+var ReservedMeta = []string{MetaKind, MetaWorkers, MetaGPUsPerWorker, MetaTask, MetaRun, MetaQueue, MetaAdmission}
 
 // The queues' records in Consul KV (internal/queue/queuekv is their
 // layout). The tree is a sibling of the rendezvous, sweeps, services and
@@ -83,6 +88,24 @@ const (
 	// QueueConfigKey holds the applied queue configuration
 	// (`gpujob queue apply`): queuekv.Record JSON.
 	QueueConfigKey = QueuePrefix + "/config"
+	// QueueJobsPrefix holds the queued jobs' records, one per job, at
+	// <QueueJobsPrefix>/<namespace>/<job ID> (internal/queue/admit's
+	// JobRecord JSON). Submit writes them with a namespace user's token
+	// (jobspecs/acl/consul-gpujob-queue-submit.hcl: write on the
+	// namespace's subtree only); the admission controller reads them and
+	// deletes a finished job's.
+	QueueJobsPrefix = QueuePrefix + "/jobs"
+	// QueueStatePrefix is the admission controller's own tree: only its
+	// token writes there (jobspecs/acl/consul-gpujob-queue-controller.hcl),
+	// users read it.
+	QueueStatePrefix = QueuePrefix + "/state"
+	// QueueStatusPrefix holds each queued job's status, written by the
+	// controller, at <QueueStatusPrefix>/<namespace>/<job ID>
+	// (admit.Status JSON): queued with position, reason and estimate,
+	// admitted, preempted by whom and why.
+	QueueStatusPrefix = QueueStatePrefix + "/status"
+	// QueueLeaderKey is the admission controller's election key.
+	QueueLeaderKey = QueueStatePrefix + "/leader"
 )
 
 // Stat names the device plugin reports for each GPU. Those

@@ -50,17 +50,19 @@ type Policy struct {
 // known describes the policies gpujob documents; a file without an entry
 // is still listed and rendered, with its name for a summary.
 var known = map[string]Policy{
-	"consul-sweeps":      {Summary: "a user's Consul token for the sweeps of one namespace", PerNamespace: true, ReadOnly: true},
-	"consul-services":    {Summary: "a user's Consul token for the services (routes, tokens) of one namespace", PerNamespace: true, ReadOnly: true},
-	"nomad-submit":       {Summary: "a user who submits, watches and stops jobs in one namespace", PerNamespace: true},
-	"nomad-readonly":     {Summary: "a user who only looks at one namespace", PerNamespace: true},
-	"consul-driver":      {Summary: "the gpujob task driver's Consul token (the supervisors' rendezvous and trial metrics)"},
-	"consul-nomad-agent": {Summary: "the Nomad agents' own Consul token"},
-	"consul-gateway":     {Summary: "the gateways' Consul token"},
-	"nomad-gateway":      {Summary: "the gateways' Nomad token"},
-	"consul-exporter":    {Summary: "the exporters' Consul token (read the sweeps)"},
-	"consul-queues":      {Summary: "the queue configuration: write for who applies queue files; --read-only for users", ReadOnly: true},
-	"nomad-exporter":     {Summary: "the exporters' Nomad token (read nodes, jobs, allocations, logs)"},
+	"consul-sweeps":           {Summary: "a user's Consul token for the sweeps of one namespace", PerNamespace: true, ReadOnly: true},
+	"consul-services":         {Summary: "a user's Consul token for the services (routes, tokens) of one namespace", PerNamespace: true, ReadOnly: true},
+	"nomad-submit":            {Summary: "a user who submits, watches and stops jobs in one namespace", PerNamespace: true},
+	"nomad-readonly":          {Summary: "a user who only looks at one namespace", PerNamespace: true},
+	"consul-driver":           {Summary: "the gpujob task driver's Consul token (the supervisors' rendezvous and trial metrics)"},
+	"consul-nomad-agent":      {Summary: "the Nomad agents' own Consul token"},
+	"consul-gateway":          {Summary: "the gateways' Consul token"},
+	"nomad-gateway":           {Summary: "the gateways' Nomad token"},
+	"consul-exporter":         {Summary: "the exporters' Consul token (read the sweeps)"},
+	"consul-queues":           {Summary: "the queue configuration: write for who applies queue files; --read-only for users", ReadOnly: true},
+	"nomad-exporter":          {Summary: "the exporters' Nomad token (read nodes, jobs, allocations, logs)"},
+	"consul-queue-controller": {Summary: "the queue admission controller's Consul token (the queue state: statuses, leader key)"},
+	"consul-queue-submit":     {Summary: "a user's Consul token for queued jobs of one namespace (their records; read their statuses)", PerNamespace: true, ReadOnly: true},
 }
 
 // Policies lists the embedded policies by name.

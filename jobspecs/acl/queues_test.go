@@ -145,3 +145,110 @@ func checkCannotWrite(t *testing.T, c *testagent.Consul, who, token string) {
 		t.Errorf("%s's token may delete %s/: %v", who, contract.QueuePrefix, err)
 	}
 }
+
+// grantsWrite reports whether a rendered Consul policy grants write on key,
+// by a key or key_prefix rule.
+func grantsWrite(t *testing.T, name string, src []byte, key string) bool {
+	t.Helper()
+	f, diags := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatalf("%s: %v", name, diags)
+	}
+	for _, b := range f.Body.(*hclsyntax.Body).Blocks {
+		if (b.Type != "key" && b.Type != "key_prefix") || len(b.Labels) != 1 {
+			continue
+		}
+		a := b.Body.Attributes["policy"]
+		if a == nil {
+			continue
+		}
+		if v, d := a.Expr.Value(nil); d.HasErrors() || v.AsString() != "write" {
+			continue
+		}
+		if (b.Type == "key" && b.Labels[0] == key) || (b.Type == "key_prefix" && strings.HasPrefix(key, b.Labels[0])) {
+			return true
+		}
+	}
+	return false
+}
+
+// The queue state (statuses, the leader key) is written by the
+// controller's policy alone; a queued job's record in namespace team-a by
+// the controller's and team-a's queue-submit policy alone — not the
+// driver's token, not another namespace's, not the read-only forms.
+func TestOnlyTheControllerWritesTheQueueState(t *testing.T) {
+	keys := map[string]func(pol string, ns string, ro bool) bool{
+		contract.QueueStatusPrefix + "/team-a/job": func(pol, _ string, ro bool) bool { return pol == "consul-queue-controller" },
+		contract.QueueLeaderKey:                    func(pol, _ string, ro bool) bool { return pol == "consul-queue-controller" },
+		contract.QueueJobsPrefix + "/team-a/job": func(pol, ns string, ro bool) bool {
+			return pol == "consul-queue-controller" || (pol == "consul-queue-submit" && ns == "team-a" && !ro)
+		},
+	}
+	checked := 0
+	for _, pol := range Policies() {
+		if pol.System != "consul" {
+			continue
+		}
+		for _, ns := range []string{"team-a", "team-b", "queues", "state", "jobs"} {
+			for _, ro := range []bool{false, true} {
+				if ro && !pol.ReadOnly {
+					continue
+				}
+				out, err := Render(pol, Params{Namespace: ns, ReadOnly: ro})
+				if err != nil {
+					t.Fatalf("%s: %v", pol.Name, err)
+				}
+				for key, want := range keys {
+					checked++
+					if got, w := grantsWrite(t, pol.Name, out, key), want(pol.Name, ns, ro); got != w {
+						t.Errorf("%s (namespace %s, read-only %v) grants write on %s: %v, want %v\n%s", pol.Name, ns, ro, key, got, w, out)
+					}
+				}
+			}
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("checked %d: the Consul policies moved", checked)
+	}
+}
+
+// On a real Consul with default-deny ACLs: the controller's token writes
+// a status and deletes a record; team-a's submit token writes team-a's
+// record but neither a status nor team-b's record; the driver's token
+// writes none of them.
+func TestQueueStateTokens(t *testing.T) {
+	c := aclConsul(t)
+	ctl := client(t, c, tokenOf(t, c, "queue-controller", mustRender(t, "consul-queue-controller", Params{})))
+	sub := client(t, c, tokenOf(t, c, "queue-submit-team-a", mustRender(t, "consul-queue-submit", Params{Namespace: "team-a"})))
+	drv := client(t, c, tokenOf(t, c, "driver-q", mustRender(t, "consul-driver", Params{})))
+	put := func(cl *api.Client, key string) error {
+		_, err := cl.KV().Put(&api.KVPair{Key: key, Value: []byte("{}")}, nil)
+		return err
+	}
+	record, status := contract.QueueJobsPrefix+"/team-a/j", contract.QueueStatusPrefix+"/team-a/j"
+	if err := put(sub, record); err != nil {
+		t.Fatalf("team-a's submit token cannot queue a job: %v", err)
+	}
+	if _, _, err := sub.KV().Get(status, nil); err != nil {
+		t.Fatalf("team-a's submit token cannot read its statuses: %v", err)
+	}
+	for _, k := range []string{status, contract.QueueLeaderKey, contract.QueueJobsPrefix + "/team-b/j"} {
+		if err := put(sub, k); !denied(err) {
+			t.Errorf("team-a's submit token may write %s: %v", k, err)
+		}
+	}
+	for _, k := range []string{record, status, contract.QueueLeaderKey} {
+		if err := put(drv, k); !denied(err) {
+			t.Errorf("the driver's token may write %s: %v", k, err)
+		}
+	}
+	if err := put(ctl, status); err != nil {
+		t.Fatalf("the controller's token cannot write a status: %v", err)
+	}
+	if _, err := ctl.KV().Delete(record, nil); err != nil {
+		t.Fatalf("the controller's token cannot delete a record: %v", err)
+	}
+	if err := put(ctl, contract.QueueConfigKey); !denied(err) {
+		t.Errorf("the controller's token may write the queue configuration: %v", err)
+	}
+}
