@@ -46,8 +46,11 @@ type Controller struct {
 	// StartGrace is how long an admitted job may have no allocation before
 	// the controller asks Nomad whether it has ended (default 15 s).
 	StartGrace time.Duration
-	Logf       func(format string, args ...any)
-	Now        func() time.Time
+	// Region is the Nomad region the controller registers in ("": Nomad's
+	// default, global); a job naming another region is refused.
+	Region string
+	Logf   func(format string, args ...any)
+	Now    func() time.Time
 
 	mu      sync.Mutex
 	session string // the leader session while leading, else ""
@@ -215,6 +218,11 @@ func (r *round) run() error {
 				run.StartedAt = *e.st.AdmittedAt
 			}
 			run.Placement = placementOf(byJob[name])
+			if live := len(byJob[name]); live > run.Job.Members {
+				// A service scaled past its record (within its scaling
+				// block): the quota counts what holds resources.
+				run.Job.Members = live
+			}
 			if len(run.Placement) == 0 {
 				for _, p := range e.st.Placement {
 					run.Placement = append(run.Placement, policy.NodeAlloc{Node: p.Node, Members: p.Members})
@@ -303,6 +311,9 @@ func (r *round) load() error {
 		e.rec, e.job, e.invalid = DecodeJobRecord(p.Value, r.now)
 		if e.invalid == nil && e.rec.Name() != name {
 			e.invalid = fmt.Errorf("the record names job %s, its key %s", e.rec.Name(), name)
+		}
+		if e.invalid == nil && e.job.Region != nil && *e.job.Region != "" && *e.job.Region != orDefault(c.Region, defaultRegion) {
+			e.invalid = fmt.Errorf("job region %q: the queue runs jobs in region %q (leave region out)", clip(*e.job.Region), orDefault(c.Region, defaultRegion))
 		}
 		r.entries[name] = e
 	}
@@ -540,6 +551,13 @@ func unplaced(plan *nomadapi.JobPlanResponse, members int) string {
 		return "Nomad's plan answered nothing"
 	}
 	if len(plan.FailedTGAllocs) == 0 {
+		if plan.Annotations != nil && len(plan.Annotations.PreemptedAllocs) > 0 {
+			// Nomad's own preemption (by job priority, where an operator
+			// enabled it) evicts single allocations: members of other
+			// gangs. The queue preempts whole gangs itself; the job's Nomad
+			// priority never buys it a place.
+			return fmt.Sprintf("Nomad's plan places it only by evicting %d allocations of other jobs (Nomad's preemption by job priority; the queue preempts whole gangs itself)", len(plan.Annotations.PreemptedAllocs))
+		}
 		return ""
 	}
 	var parts []string
