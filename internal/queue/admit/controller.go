@@ -46,6 +46,11 @@ type Controller struct {
 	// StartGrace is how long an admitted job may have no allocation before
 	// the controller asks Nomad whether it has ended (default 15 s).
 	StartGrace time.Duration
+	// PartialGrace is how long an admitted batch gang may have fewer live
+	// members than it has (a race with work outside gpujob after Nomad's
+	// plan, a lost node) before it is stopped whole and queued again at
+	// its place (default 30 s).
+	PartialGrace time.Duration
 	// Region is the Nomad region the controller registers in ("": Nomad's
 	// default, global); a job naming another region is refused.
 	Region string
@@ -60,6 +65,8 @@ type Controller struct {
 // Result is what one Reconcile did.
 type Result struct {
 	Admitted, Preempted, Requeued, Finished []string
+	// Partial are the admitted gangs stopped by the partial-gang guard.
+	Partial []string
 	// Waiting are the queued jobs by name, with their status.
 	Waiting map[string]*Status
 	// Refused are jobs refused, by name, with the reason.
@@ -88,6 +95,13 @@ func (c *Controller) logf(format string, args ...any) {
 	if c.Logf != nil {
 		c.Logf(format, args...)
 	}
+}
+
+func (c *Controller) partialGrace() time.Duration {
+	if c.PartialGrace > 0 {
+		return c.PartialGrace
+	}
+	return 30 * time.Second
 }
 
 func (c *Controller) startGrace() time.Duration {
@@ -432,9 +446,79 @@ func (r *round) recover(byJob map[string][]Alloc) error {
 				delete(r.entries, name)
 				r.res.Finished = append(r.res.Finished, name)
 				c.logf("%s: ended in Nomad; its queue records are deleted", name)
+				continue
+			}
+		}
+		if err := r.guardPartial(e, mine); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// guardPartial stops an admitted batch gang that has had fewer live
+// members than it has past the grace: Nomad placed part of it (work
+// outside gpujob took capacity between the plan and the registration)
+// or lost some (a node). A partial gang holds GPUs and cannot train; it
+// is stopped whole, like a preempted one, and queued again at its place.
+// Members that ended by themselves (completed or failed, as Nomad meant
+// them to run) are not missing: a batch gang's members may finish apart,
+// and a failing job ends rather than queueing forever. Services are not
+// gangs: their replicas serve alone.
+func (r *round) guardPartial(e *entry, mine []Alloc) error {
+	c, ctx, st := r.c, r.ctx, e.st
+	if st.State != StateAdmitted || st.Admitting != 0 || e.rec.Kind == KindService {
+		return nil
+	}
+	cur := e.marker(st.Admissions)
+	live := 0
+	for _, a := range mine {
+		if a.JobMeta[contract.MetaAdmission] == cur {
+			live++
+		}
+	}
+	ended := 0
+	if live < e.rec.Members {
+		all, err := c.Nomad.JobAllocations(ctx, e.rec.Namespace, e.rec.ID)
+		if err != nil {
+			return fmt.Errorf("reading the allocations of job %s: %w", e.name, err)
+		}
+		for _, a := range all {
+			if a.JobMeta[contract.MetaAdmission] == cur && a.DesiredStatus == nomadapi.AllocDesiredStatusRun &&
+				(a.ClientStatus == nomadapi.AllocClientStatusComplete || a.ClientStatus == nomadapi.AllocClientStatusFailed) {
+				ended++
 			}
 		}
 	}
+	missing := e.rec.Members - live - ended
+	if missing <= 0 {
+		st.ShortSince = nil
+		return nil
+	}
+	if st.ShortSince == nil {
+		at := r.now
+		st.ShortSince = &at
+		c.logf("%s: %d of %d members live (%d ended); stopped and queued again if still short after %s", e.name, live, e.rec.Members, ended, c.partialGrace())
+		return nil
+	}
+	if short := r.now.Sub(*st.ShortSince); short < c.partialGrace() {
+		return nil
+	}
+	at := r.now
+	st.State, st.PreemptedBy, st.PreemptedAt = StatePreempted, "", &at
+	st.PreemptedWhy = fmt.Sprintf("only %d of its %d members were placed or running for %s (capacity taken by work outside the queue, or a node lost): stopped whole and queued again at its place",
+		live+ended, e.rec.Members, r.now.Sub(*st.ShortSince).Round(time.Second))
+	st.ShortSince = nil
+	st.Preemptions++
+	if err := r.write(e); err != nil {
+		return err
+	}
+	if err := c.Nomad.Stop(ctx, e.rec.Namespace, e.rec.ID); err != nil {
+		// Stopped again next round (recover): the status says preempted.
+		return fmt.Errorf("stopping partial gang %s: %w", e.name, err)
+	}
+	c.logf("%s: %s", e.name, st.PreemptedWhy)
+	r.res.Partial = append(r.res.Partial, e.name)
 	return nil
 }
 
@@ -515,7 +599,7 @@ func (r *round) admit(a policy.Admission) error {
 	at := r.now
 	st.State, st.Admissions, st.Admitting, st.AdmittedAt = StateAdmitted, n, 0, &at
 	st.Position, st.Reason, st.EstimatedStart, st.Nominated = 0, "", nil, false
-	st.Placement = nil
+	st.Placement, st.ShortSince = nil, nil
 	for _, p := range a.Placement {
 		st.Placement = append(st.Placement, Placement{Node: p.Node, Members: p.Members})
 	}

@@ -385,6 +385,10 @@ type Status struct {
 	// Admitted.
 	AdmittedAt *time.Time  `json:"admitted_at,omitempty"`
 	Placement  []Placement `json:"placement,omitempty"`
+	// ShortSince: the admitted gang has had fewer members placed or
+	// running than it has (and not because they ended) since then; past
+	// the controller's PartialGrace it is stopped whole and queued again.
+	ShortSince *time.Time `json:"short_since,omitempty"`
 	// Preempted (now, or last).
 	PreemptedBy  string     `json:"preempted_by,omitempty"`
 	PreemptedWhy string     `json:"preempted_why,omitempty"`
