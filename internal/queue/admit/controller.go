@@ -67,6 +67,8 @@ type Result struct {
 	Admitted, Preempted, Requeued, Finished []string
 	// Partial are the admitted gangs stopped by the partial-gang guard.
 	Partial []string
+	// Transactions counts the Consul transactions the round wrote.
+	Transactions int
 	// Waiting are the queued jobs by name, with their status.
 	Waiting map[string]*Status
 	// Refused are jobs refused, by name, with the reason.
@@ -331,14 +333,19 @@ func (r *round) load() error {
 		}
 		r.entries[name] = e
 	}
+	var orphans api.TxnOps
 	for _, p := range statuses {
 		name := strings.TrimPrefix(p.Key, c.statusPrefix()+"/")
 		e := r.entries[name]
 		if e == nil {
 			// Its record was withdrawn, or finished and deleted: the status
 			// goes too.
-			if err := r.txn(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: p.Key, Index: p.ModifyIndex}}}); err != nil {
-				return err
+			orphans = append(orphans, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: p.Key, Index: p.ModifyIndex}})
+			if len(orphans) == maxTxnOps-1 {
+				if err := r.txn(orphans); err != nil {
+					return err
+				}
+				orphans = nil
 			}
 			continue
 		}
@@ -353,6 +360,11 @@ func (r *round) load() error {
 			// A status of an earlier record of the same name.
 		default:
 			e.st = st
+		}
+	}
+	if len(orphans) > 0 {
+		if err := r.txn(orphans); err != nil {
+			return err
 		}
 	}
 	for _, e := range r.entries {
@@ -665,18 +677,61 @@ func unplaced(plan *nomadapi.JobPlanResponse, members int) string {
 	return fmt.Sprintf("Nomad's plan cannot place all %d members at once now: %s", members, strings.Join(parts, "; "))
 }
 
-// flush writes every status that changed.
+// maxTxnOps is Consul's limit on the operations of one transaction.
+const maxTxnOps = 64
+
+// flush writes every status that changed, in transactions of up to
+// maxTxnOps operations (the leader check and a check-and-set of each
+// status): a position change of 500 waiting jobs is 8 transactions, not
+// 500. A failed check-and-set fails its transaction: the round stops, and
+// the next one reads again.
 func (r *round) flush() error {
-	for _, name := range r.sortedNames() {
-		if err := r.write(r.entries[name]); err != nil {
+	var batch []*entry
+	var ops api.TxnOps
+	var values [][]byte
+	send := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		results, err := r.txnResults(ops)
+		if err != nil {
 			return err
 		}
+		index := map[string]uint64{}
+		for _, res := range results {
+			if res.KV != nil {
+				index[res.KV.Key] = res.KV.ModifyIndex
+			}
+		}
+		for i, e := range batch {
+			e.statusIndex, e.stored = index[e.statusKey], values[i]
+		}
+		batch, ops, values = nil, nil, nil
+		return nil
 	}
-	return nil
+	for _, name := range r.sortedNames() {
+		e := r.entries[name]
+		b, err := EncodeStatus(e.st)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		if bytes.Equal(b, e.stored) {
+			continue
+		}
+		batch, values = append(batch, e), append(values, b)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}})
+		if len(ops) == maxTxnOps-1 { // and the leader check
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+	return send()
 }
 
-// write stores e's status if it differs from what is stored, checking
-// the stored index and the leadership in one transaction.
+// write stores e's status now if it differs from what is stored,
+// checking the stored index and the leadership in one transaction: for
+// the writes that must land before a Nomad call (intent, preemption).
 func (r *round) write(e *entry) error {
 	b, err := EncodeStatus(e.st)
 	if err != nil {
@@ -709,6 +764,7 @@ func (r *round) txn(ops api.TxnOps) error {
 // next one reads again.
 func (r *round) txnResults(ops api.TxnOps) (api.TxnResults, error) {
 	all := append(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: r.c.leaderKey(), Session: r.session}}}, ops...)
+	r.res.Transactions++
 	ok, resp, _, err := r.c.Consul.Txn().Txn(all, (&api.QueryOptions{}).WithContext(r.ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing the queue state: %w", err)
