@@ -516,6 +516,16 @@ func (r *round) guardPartial(e *entry, mine []Alloc) error {
 	if short := r.now.Sub(*st.ShortSince); short < c.partialGrace() {
 		return nil
 	}
+	// A job stopped outside the queue (nomad job stop, gpujob cancel)
+	// loses its members one by one: it ended, it is not queued again
+	// (recover forgets it once its allocations are gone).
+	info, err := c.Nomad.Job(ctx, e.rec.Namespace, e.rec.ID)
+	if err != nil {
+		return fmt.Errorf("reading job %s: %w", e.name, err)
+	}
+	if info == nil || info.Stop || info.Meta[contract.MetaAdmission] != cur {
+		return nil
+	}
 	at := r.now
 	st.State, st.PreemptedBy, st.PreemptedAt = StatePreempted, "", &at
 	st.PreemptedWhy = fmt.Sprintf("only %d of its %d members were placed or running for %s (capacity taken by work outside the queue, or a node lost): stopped whole and queued again at its place",

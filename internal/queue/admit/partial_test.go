@@ -102,3 +102,32 @@ func TestPartialGangCountsEndedMembers(t *testing.T) {
 		t.Errorf("%d JobAllocations calls for a whole gang", f.nomad.jobAllocs)
 	}
 }
+
+// A gang stopped outside the queue (nomad job stop) loses its members
+// one by one: it has ended, and is forgotten, never queued again.
+func TestStoppedGangIsNotRequeuedByTheGuard(t *testing.T) {
+	f := newFixture(t, 2, 4)
+	f.lead(f.c)
+	f.nomad.slowStop = true
+	f.submit(recordOf(jobOf("default", "gang", "", 2, 4), 0, t0))
+	f.reconcile(f.c)
+	if err := f.nomad.Stop(ctxOf(t), "default", "gang"); err != nil {
+		t.Fatal(err)
+	}
+	f.nomad.mu.Lock()
+	j := f.nomad.jobs["default/gang"]
+	j.allocs = j.allocs[:1] // one member has stopped, one still stops
+	f.nomad.mu.Unlock()
+	for range 3 {
+		f.now = f.now.Add(time.Minute)
+		if res := f.reconcile(f.c); len(res.Partial) != 0 {
+			t.Fatalf("the guard stopped a job stopped outside the queue: %+v", res)
+		}
+	}
+	f.nomad.release()
+	f.now = f.now.Add(time.Minute)
+	res := f.reconcile(f.c)
+	if len(res.Finished) != 1 || len(res.Requeued) != 0 || f.nomad.registered("default/gang") != 1 {
+		t.Fatalf("after it stopped: %+v, registered %d", res, f.nomad.registered("default/gang"))
+	}
+}
