@@ -30,9 +30,10 @@ import (
 const (
 	// Driver is the task driver's name (PluginInfo.Name).
 	Driver = "gpujob"
-	// KillTimeout is the training task's kill_timeout: Nomad clients'
-	// default max_kill_timeout, so no client shortens it.
-	KillTimeout = 30 * time.Second
+	// KillTimeout is the training tasks' kill_timeout when the spec sets
+	// no checkpoint_grace: Nomad clients' default max_kill_timeout, so
+	// no client shortens it.
+	KillTimeout = spec.DefaultCheckpointGrace
 	// Group and Task name the one group and the member task of every
 	// rendered job: the task whose allocations' states, events and logs
 	// are the member's.
@@ -90,6 +91,13 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	}
 	if t.ImagePull != nil && t.Image == "" {
 		return nil, fmt.Errorf("render: spec %q has image_pull but no image", t.Name)
+	}
+	kill := t.CheckpointGrace
+	if kill == 0 {
+		kill = KillTimeout
+	}
+	if kill < time.Second || kill > spec.MaxCheckpointGrace {
+		return nil, fmt.Errorf("render: spec %q: checkpoint_grace %s is not between 1s and %s", t.Name, kill, spec.MaxCheckpointGrace)
 	}
 	f := hclwrite.NewEmptyFile()
 	body := f.Body()
@@ -154,7 +162,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	group.AppendNewline()
 
 	if t.Image == "" {
-		task := newTask(group, Task, Driver)
+		task := newTask(group, Task, Driver, kill)
 		gpujobConfig(task, t, 0, "", "", o)
 		artifacts(task, t)
 		memberResources(task, t)
@@ -163,7 +171,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 
 	// A container member: the sidecar carries the host member's config
 	// and prepares the container; the docker task runs the supervisor.
-	sidecar := newTask(group, Sidecar, Driver)
+	sidecar := newTask(group, Sidecar, Driver, kill)
 	lc := sidecar.AppendNewBlock("lifecycle", nil).Body()
 	lc.SetAttributeValue("hook", cty.StringVal("prestart"))
 	lc.SetAttributeValue("sidecar", cty.True)
@@ -176,7 +184,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	res.SetAttributeValue("memory", cty.NumberIntVal(spec.SidecarMemoryMiB))
 	group.AppendNewline()
 
-	task := newTask(group, Task, DockerDriver)
+	task := newTask(group, Task, DockerDriver, kill)
 	// Root in the container, whatever USER the image names: the supervisor
 	// reads its root-only spec (the Consul token) and starts the ranks as
 	// the driver's default_user, as on the host.
@@ -208,14 +216,16 @@ func CheckpointRoot(root string) (string, error) {
 // ContainerPidsLimit is a container member's docker pids_limit.
 const ContainerPidsLimit = 4096
 
-// newTask appends task "name" on driver with gpujob's kill_timeout.
-func newTask(group *hclwrite.Body, name, driver string) *hclwrite.Body {
+// newTask appends task "name" on driver with kill_timeout kill (the
+// spec's checkpoint_grace).
+func newTask(group *hclwrite.Body, name, driver string, kill time.Duration) *hclwrite.Body {
 	task := group.AppendNewBlock("task", []string{name}).Body()
 	task.SetAttributeValue("driver", cty.StringVal(driver))
 	// Nomad's default 5s is too short for a stop's cleanup: the supervisor
 	// gives most of kill_timeout to the ranks (to save a checkpoint on
-	// SIGTERM) and the rest to leaving the rendezvous in Consul.
-	task.SetAttributeValue("kill_timeout", cty.StringVal(Duration(KillTimeout)))
+	// SIGTERM: a preemption's grace) and the rest to leaving the
+	// rendezvous in Consul.
+	task.SetAttributeValue("kill_timeout", cty.StringVal(Duration(kill)))
 	task.AppendNewline()
 	return task
 }

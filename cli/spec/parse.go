@@ -48,6 +48,7 @@ var trainSchema = &hcl.BodySchema{
 		{Name: "image"},
 		{Name: "max_failures"},
 		{Name: "rendezvous_timeout"},
+		{Name: "checkpoint_grace"},
 		{Name: "datacenters"},
 		{Name: "node_pool"},
 		{Name: "namespace"},
@@ -436,6 +437,7 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 		Resources:         Resources{CPU: DefaultCPU, MemoryMiB: DefaultMemoryMiB},
 		MaxFailures:       DefaultMaxFailures,
 		RendezvousTimeout: DefaultRendezvousTimeout,
+		CheckpointGrace:   DefaultCheckpointGrace,
 		Datacenters:       []string{"*"},
 		Priority:          DefaultPriority,
 	}
@@ -512,6 +514,18 @@ func decodeTrainBody(b *hcl.Block, name string, nameRange hcl.Range, kind string
 			d.errorf(at["rendezvous_timeout"].Expr.Range(), "Invalid duration", "rendezvous_timeout must be positive, got %q.", timeout)
 		default:
 			t.RendezvousTimeout = dur
+		}
+	}
+	var grace string
+	if a := at["checkpoint_grace"]; d.str("checkpoint_grace", a, &grace) {
+		dur, err := time.ParseDuration(grace)
+		switch {
+		case err != nil:
+			d.errorf(a.Expr.Range(), "Invalid duration", "checkpoint_grace %q is not a duration: use a number and a unit, e.g. \"30s\", \"2m\".", grace)
+		case dur < time.Second || dur > MaxCheckpointGrace:
+			d.errorf(a.Expr.Range(), "Invalid checkpoint_grace", "checkpoint_grace must be between 1s and 10m (a stopping job holds its GPUs that long), got %q.", grace)
+		default:
+			t.CheckpointGrace = dur
 		}
 	}
 	d.placement(at, &t.Datacenters, &t.NodePool, &t.Namespace, &t.Priority, &t.Meta)

@@ -54,6 +54,7 @@ var fieldDocs = map[string]fieldDoc{
 	"train.image":              {typ: "string", desc: "Container image every member runs in, through Nomad's docker driver, with the same rendezvous, ranks, checkpoints and restarts as on the host."},
 	"train.max_failures":       {typ: "number", def: itoa(DefaultMaxFailures), desc: "Group restarts from the checkpoint before the job fails (the driver's `max_restarts`); 0 or more."},
 	"train.rendezvous_timeout": {typ: "duration", def: durString(DefaultRendezvousTimeout), desc: "How long a rendezvous round waits for every member to join."},
+	"train.checkpoint_grace":   {typ: "duration", def: durString(DefaultCheckpointGrace), desc: "How long a stopping job's ranks have between SIGTERM and SIGKILL to save a checkpoint — when the queue preempts the gang, or on a stop or drain (the tasks' `kill_timeout`; the driver keeps up to 5.5 s of it for leaving the rendezvous). 1s to 10m; above 30s the clients' `max_kill_timeout` must allow it."},
 	"train.datacenters":        {typ: "list(string)", desc: descDatacenters + " `[\"*\"]` means all."},
 	"train.node_pool":          {typ: "string", desc: descNodePool},
 	"train.namespace":          {typ: "string", desc: descNamespace},

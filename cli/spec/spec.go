@@ -36,7 +36,14 @@ const (
 	DefaultMaxFailures       = 3
 	DefaultRendezvousTimeout = 5 * time.Minute
 	DefaultPriority          = 50
+	// DefaultCheckpointGrace is checkpoint_grace when unset: Nomad
+	// clients' default max_kill_timeout, so no client shortens it.
+	DefaultCheckpointGrace = 30 * time.Second
 )
+
+// MaxCheckpointGrace bounds checkpoint_grace: a stop (a preemption, a
+// cancel, a drain) holds the gang's GPUs that long at most.
+const MaxCheckpointGrace = 10 * time.Minute
 
 // MaxWorkers is the largest group the gpujob driver runs: its rendezvous's
 // limit (rendezvous.MaxMembers; a test keeps the two equal).
@@ -82,10 +89,14 @@ type Train struct {
 	CheckpointEvery   int
 	MaxFailures       int // group restarts (the driver's max_restarts)
 	RendezvousTimeout time.Duration
-	Datacenters       []string
-	NodePool          string
-	Namespace         string
-	Priority          int
+	// CheckpointGrace is checkpoint_grace: how long a stopping member's
+	// ranks have between SIGTERM and SIGKILL to save a checkpoint (the
+	// tasks' kill_timeout); 0 in a Train built in code is the default.
+	CheckpointGrace time.Duration
+	Datacenters     []string
+	NodePool        string
+	Namespace       string
+	Priority        int
 	// Queue is the queue the job is submitted into; "" is the default
 	// queue. submit --queue overrides it.
 	Queue string

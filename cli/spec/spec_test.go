@@ -43,6 +43,7 @@ func TestDefaults(t *testing.T) {
 		Resources:         spec.Resources{CPU: 1000, MemoryMiB: 2048},
 		MaxFailures:       3,
 		RendezvousTimeout: 5 * time.Minute,
+		CheckpointGrace:   spec.DefaultCheckpointGrace,
 		Datacenters:       []string{"*"},
 		Priority:          50,
 	}
@@ -111,6 +112,7 @@ train "full" {
 		CheckpointEvery:   20,
 		MaxFailures:       0,
 		RendezvousTimeout: 90 * time.Second,
+		CheckpointGrace:   spec.DefaultCheckpointGrace,
 		Datacenters:       []string{"dc1"},
 		NodePool:          "gpu",
 		Namespace:         "ml",

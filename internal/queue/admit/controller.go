@@ -46,8 +46,16 @@ type Controller struct {
 	// StartGrace is how long an admitted job may have no allocation before
 	// the controller asks Nomad whether it has ended (default 15 s).
 	StartGrace time.Duration
-	Logf       func(format string, args ...any)
-	Now        func() time.Time
+	// PartialGrace is how long an admitted batch gang may have fewer live
+	// members than it has (a race with work outside gpujob after Nomad's
+	// plan, a lost node) before it is stopped whole and queued again at
+	// its place (default 30 s).
+	PartialGrace time.Duration
+	// Region is the Nomad region the controller registers in ("": Nomad's
+	// default, global); a job naming another region is refused.
+	Region string
+	Logf   func(format string, args ...any)
+	Now    func() time.Time
 
 	mu      sync.Mutex
 	session string // the leader session while leading, else ""
@@ -57,6 +65,10 @@ type Controller struct {
 // Result is what one Reconcile did.
 type Result struct {
 	Admitted, Preempted, Requeued, Finished []string
+	// Partial are the admitted gangs stopped by the partial-gang guard.
+	Partial []string
+	// Transactions counts the Consul transactions the round wrote.
+	Transactions int
 	// Waiting are the queued jobs by name, with their status.
 	Waiting map[string]*Status
 	// Refused are jobs refused, by name, with the reason.
@@ -85,6 +97,13 @@ func (c *Controller) logf(format string, args ...any) {
 	if c.Logf != nil {
 		c.Logf(format, args...)
 	}
+}
+
+func (c *Controller) partialGrace() time.Duration {
+	if c.PartialGrace > 0 {
+		return c.PartialGrace
+	}
+	return 30 * time.Second
 }
 
 func (c *Controller) startGrace() time.Duration {
@@ -215,6 +234,11 @@ func (r *round) run() error {
 				run.StartedAt = *e.st.AdmittedAt
 			}
 			run.Placement = placementOf(byJob[name])
+			if live := len(byJob[name]); live > run.Job.Members {
+				// A service scaled past its record (within its scaling
+				// block): the quota counts what holds resources.
+				run.Job.Members = live
+			}
 			if len(run.Placement) == 0 {
 				for _, p := range e.st.Placement {
 					run.Placement = append(run.Placement, policy.NodeAlloc{Node: p.Node, Members: p.Members})
@@ -304,16 +328,24 @@ func (r *round) load() error {
 		if e.invalid == nil && e.rec.Name() != name {
 			e.invalid = fmt.Errorf("the record names job %s, its key %s", e.rec.Name(), name)
 		}
+		if e.invalid == nil && e.job.Region != nil && *e.job.Region != "" && *e.job.Region != orDefault(c.Region, defaultRegion) {
+			e.invalid = fmt.Errorf("job region %q: the queue runs jobs in region %q (leave region out)", clip(*e.job.Region), orDefault(c.Region, defaultRegion))
+		}
 		r.entries[name] = e
 	}
+	var orphans api.TxnOps
 	for _, p := range statuses {
 		name := strings.TrimPrefix(p.Key, c.statusPrefix()+"/")
 		e := r.entries[name]
 		if e == nil {
 			// Its record was withdrawn, or finished and deleted: the status
 			// goes too.
-			if err := r.txn(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: p.Key, Index: p.ModifyIndex}}}); err != nil {
-				return err
+			orphans = append(orphans, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: p.Key, Index: p.ModifyIndex}})
+			if len(orphans) == maxTxnOps-1 {
+				if err := r.txn(orphans); err != nil {
+					return err
+				}
+				orphans = nil
 			}
 			continue
 		}
@@ -328,6 +360,11 @@ func (r *round) load() error {
 			// A status of an earlier record of the same name.
 		default:
 			e.st = st
+		}
+	}
+	if len(orphans) > 0 {
+		if err := r.txn(orphans); err != nil {
+			return err
 		}
 	}
 	for _, e := range r.entries {
@@ -421,9 +458,89 @@ func (r *round) recover(byJob map[string][]Alloc) error {
 				delete(r.entries, name)
 				r.res.Finished = append(r.res.Finished, name)
 				c.logf("%s: ended in Nomad; its queue records are deleted", name)
+				continue
+			}
+		}
+		if err := r.guardPartial(e, mine); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// guardPartial stops an admitted batch gang that has had fewer live
+// members than it has past the grace: Nomad placed part of it (work
+// outside gpujob took capacity between the plan and the registration)
+// or lost some (a node). A partial gang holds GPUs and cannot train; it
+// is stopped whole, like a preempted one, and queued again at its place.
+// Members that ended by themselves (completed or failed, as Nomad meant
+// them to run) are not missing: a batch gang's members may finish apart,
+// and a failing job ends rather than queueing forever. Services are not
+// gangs: their replicas serve alone.
+func (r *round) guardPartial(e *entry, mine []Alloc) error {
+	c, ctx, st := r.c, r.ctx, e.st
+	if st.State != StateAdmitted || st.Admitting != 0 || e.rec.Kind == KindService {
+		return nil
+	}
+	cur := e.marker(st.Admissions)
+	live := 0
+	for _, a := range mine {
+		if a.JobMeta[contract.MetaAdmission] == cur {
+			live++
+		}
+	}
+	ended := 0
+	if live < e.rec.Members {
+		all, err := c.Nomad.JobAllocations(ctx, e.rec.Namespace, e.rec.ID)
+		if err != nil {
+			return fmt.Errorf("reading the allocations of job %s: %w", e.name, err)
+		}
+		for _, a := range all {
+			if a.JobMeta[contract.MetaAdmission] == cur && a.DesiredStatus == nomadapi.AllocDesiredStatusRun &&
+				(a.ClientStatus == nomadapi.AllocClientStatusComplete || a.ClientStatus == nomadapi.AllocClientStatusFailed) {
+				ended++
 			}
 		}
 	}
+	missing := e.rec.Members - live - ended
+	if missing <= 0 {
+		st.ShortSince = nil
+		return nil
+	}
+	if st.ShortSince == nil {
+		at := r.now
+		st.ShortSince = &at
+		c.logf("%s: %d of %d members live (%d ended); stopped and queued again if still short after %s", e.name, live, e.rec.Members, ended, c.partialGrace())
+		return nil
+	}
+	if short := r.now.Sub(*st.ShortSince); short < c.partialGrace() {
+		return nil
+	}
+	// A job stopped outside the queue (nomad job stop, gpujob cancel)
+	// loses its members one by one: it ended, it is not queued again
+	// (recover forgets it once its allocations are gone).
+	info, err := c.Nomad.Job(ctx, e.rec.Namespace, e.rec.ID)
+	if err != nil {
+		return fmt.Errorf("reading job %s: %w", e.name, err)
+	}
+	if info == nil || info.Stop || info.Meta[contract.MetaAdmission] != cur {
+		return nil
+	}
+	at := r.now
+	st.State, st.PreemptedBy, st.PreemptedAt = StatePreempted, "", &at
+	st.PreemptedWhy = fmt.Sprintf("only %d of its %d members were placed or running for %s (capacity taken by work outside the queue, or a node lost): stopped whole and queued again at its place",
+		live+ended, e.rec.Members, r.now.Sub(*st.ShortSince).Round(time.Second))
+	st.ShortSince = nil
+	st.Preemptions++
+	if err := r.write(e); err != nil {
+		return err
+	}
+	if err := c.Nomad.Stop(ctx, e.rec.Namespace, e.rec.ID); err != nil {
+		// Stopped again next round (recover): the status says preempted.
+		return fmt.Errorf("stopping partial gang %s: %w", e.name, err)
+	}
+	c.logf("%s: %s", e.name, st.PreemptedWhy)
+	r.res.Partial = append(r.res.Partial, e.name)
 	return nil
 }
 
@@ -504,7 +621,7 @@ func (r *round) admit(a policy.Admission) error {
 	at := r.now
 	st.State, st.Admissions, st.Admitting, st.AdmittedAt = StateAdmitted, n, 0, &at
 	st.Position, st.Reason, st.EstimatedStart, st.Nominated = 0, "", nil, false
-	st.Placement = nil
+	st.Placement, st.ShortSince = nil, nil
 	for _, p := range a.Placement {
 		st.Placement = append(st.Placement, Placement{Node: p.Node, Members: p.Members})
 	}
@@ -540,6 +657,13 @@ func unplaced(plan *nomadapi.JobPlanResponse, members int) string {
 		return "Nomad's plan answered nothing"
 	}
 	if len(plan.FailedTGAllocs) == 0 {
+		if plan.Annotations != nil && len(plan.Annotations.PreemptedAllocs) > 0 {
+			// Nomad's own preemption (by job priority, where an operator
+			// enabled it) evicts single allocations: members of other
+			// gangs. The queue preempts whole gangs itself; the job's Nomad
+			// priority never buys it a place.
+			return fmt.Sprintf("Nomad's plan places it only by evicting %d allocations of other jobs (Nomad's preemption by job priority; the queue preempts whole gangs itself)", len(plan.Annotations.PreemptedAllocs))
+		}
 		return ""
 	}
 	var parts []string
@@ -563,18 +687,61 @@ func unplaced(plan *nomadapi.JobPlanResponse, members int) string {
 	return fmt.Sprintf("Nomad's plan cannot place all %d members at once now: %s", members, strings.Join(parts, "; "))
 }
 
-// flush writes every status that changed.
+// maxTxnOps is Consul's limit on the operations of one transaction.
+const maxTxnOps = 64
+
+// flush writes every status that changed, in transactions of up to
+// maxTxnOps operations (the leader check and a check-and-set of each
+// status): a position change of 500 waiting jobs is 8 transactions, not
+// 500. A failed check-and-set fails its transaction: the round stops, and
+// the next one reads again.
 func (r *round) flush() error {
-	for _, name := range r.sortedNames() {
-		if err := r.write(r.entries[name]); err != nil {
+	var batch []*entry
+	var ops api.TxnOps
+	var values [][]byte
+	send := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		results, err := r.txnResults(ops)
+		if err != nil {
 			return err
 		}
+		index := map[string]uint64{}
+		for _, res := range results {
+			if res.KV != nil {
+				index[res.KV.Key] = res.KV.ModifyIndex
+			}
+		}
+		for i, e := range batch {
+			e.statusIndex, e.stored = index[e.statusKey], values[i]
+		}
+		batch, ops, values = nil, nil, nil
+		return nil
 	}
-	return nil
+	for _, name := range r.sortedNames() {
+		e := r.entries[name]
+		b, err := EncodeStatus(e.st)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		if bytes.Equal(b, e.stored) {
+			continue
+		}
+		batch, values = append(batch, e), append(values, b)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}})
+		if len(ops) == maxTxnOps-1 { // and the leader check
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+	return send()
 }
 
-// write stores e's status if it differs from what is stored, checking
-// the stored index and the leadership in one transaction.
+// write stores e's status now if it differs from what is stored,
+// checking the stored index and the leadership in one transaction: for
+// the writes that must land before a Nomad call (intent, preemption).
 func (r *round) write(e *entry) error {
 	b, err := EncodeStatus(e.st)
 	if err != nil {
@@ -607,6 +774,7 @@ func (r *round) txn(ops api.TxnOps) error {
 // next one reads again.
 func (r *round) txnResults(ops api.TxnOps) (api.TxnResults, error) {
 	all := append(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: r.c.leaderKey(), Session: r.session}}}, ops...)
+	r.res.Transactions++
 	ok, resp, _, err := r.c.Consul.Txn().Txn(all, (&api.QueryOptions{}).WithContext(r.ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing the queue state: %w", err)

@@ -29,4 +29,17 @@
 // no admission twice. A preempted gang's status is written before its job
 // is stopped, and the stop is repeated until it has; its record, with its
 // original submitted_at, is untouched, so it queues again at its place.
+//
+// The controller's Nomad token is stronger than a submitter's: a record's
+// job may ask for nothing gpujob does not render and the submitter could
+// not have registered (allowlist.go: the default node pool only, no
+// volumes, the gpujob and docker drivers, no tokens or templates, not
+// periodic or parameterized, the controller's region). A plan that places
+// the job only by Nomad's own preemption is not registered.
+//
+// The partial-gang guard: an admitted batch gang with fewer live members
+// than it has — members that ended by themselves do not count as missing —
+// for PartialGrace (Status.ShortSince) is stopped whole and requeued, as
+// a preempted one. Status writes of a round go in transactions of up to
+// 64 operations, each with the leader check and a check-and-set per key.
 package admit

@@ -38,6 +38,11 @@ type fakeNomad struct {
 	planFails map[string]bool
 	// slowStop keeps a stopped job's allocations until release.
 	slowStop bool
+	// short makes Register place that many members fewer of the named
+	// job than fit (work outside gpujob took them after the plan).
+	short map[string]int
+	// jobAllocs counts JobAllocations calls.
+	jobAllocs int
 	// onPlan and onRegister run after a Plan or Register of a job (by
 	// name), e.g. to simulate a crash by cancelling the controller.
 	onPlan, onRegister func(name string)
@@ -52,10 +57,12 @@ type fakeJob struct {
 	stop   bool
 	modify uint64
 	allocs []Alloc
+	// ended are its terminal allocations.
+	ended []Alloc
 }
 
 func newFake(nodes int, gpus int) *fakeNomad {
-	f := &fakeNomad{jobs: map[string]*fakeJob{}, planFails: map[string]bool{}, registers: map[string]int{}, index: 1}
+	f := &fakeNomad{jobs: map[string]*fakeJob{}, planFails: map[string]bool{}, short: map[string]int{}, registers: map[string]int{}, index: 1}
 	for i := range nodes {
 		f.nodes = append(f.nodes, policy.Node{Name: fmt.Sprintf("n%d", i+1),
 			Capacity: policy.Resources{GPUs: gpus, CPUMHz: 100000, MemoryMB: 100000}})
@@ -189,7 +196,13 @@ func (f *fakeNomad) Register(ctx context.Context, job *nomadapi.Job, enforce uin
 	f.registers[n]++
 	f.index++
 	j := &fakeJob{job: job, modify: f.index}
+	if old != nil {
+		j.ended = old.ended
+	}
 	j.allocs, _ = f.place(job)
+	if k := f.short[n]; k > 0 {
+		j.allocs = j.allocs[:max(len(j.allocs)-k, 0)]
+	}
 	f.jobs[n] = j
 	hook := f.onRegister
 	f.mu.Unlock()
@@ -210,6 +223,41 @@ func (f *fakeNomad) Stop(_ context.Context, ns, id string) error {
 		j.modify = f.index
 	}
 	return nil
+}
+
+func (f *fakeNomad) JobAllocations(_ context.Context, ns, id string) ([]Alloc, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.jobAllocs++
+	j := f.jobs[ns+"/"+id]
+	if j == nil {
+		return nil, nil
+	}
+	var out []Alloc
+	for _, a := range j.allocs {
+		a.ClientStatus, a.DesiredStatus = nomadapi.AllocClientStatusRunning, nomadapi.AllocDesiredStatusRun
+		if j.stop {
+			a.DesiredStatus = nomadapi.AllocDesiredStatusStop
+		}
+		out = append(out, a)
+	}
+	return append(out, j.ended...), nil
+}
+
+// end ends k live members of job n with a client and desired status
+// (complete/run: done by itself; lost/stop: its node was lost).
+func (f *fakeNomad) end(n string, k int, client, desired string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j := f.jobs[n]
+	for range k {
+		a := j.allocs[len(j.allocs)-1]
+		j.allocs = j.allocs[:len(j.allocs)-1]
+		a.ClientStatus, a.DesiredStatus = client, desired
+		j.ended = append(j.ended, a)
+	}
+	f.index++
 }
 
 // release ends the stopped jobs' allocations (a slow stop's end).

@@ -37,6 +37,13 @@ type Nomad interface {
 	// Stop stops (deregisters, not purging) the job, every allocation of
 	// it; a missing job is success.
 	Stop(ctx context.Context, namespace, id string) error
+	// JobAllocations lists every allocation of one job, terminal ones
+	// too (Nomad's /v1/job/<id>/allocations), each with its ClientStatus
+	// and DesiredStatus and the meta of the job version it ran (JobMeta:
+	// the allocation's JobVersion through /v1/job/<id>/versions), for the
+	// partial-gang guard: a member that ended by itself is not missing.
+	// Resources and Node may be left empty. A missing job has none.
+	JobAllocations(ctx context.Context, namespace, id string) ([]Alloc, error)
 }
 
 // ErrConflict is a Register whose index check failed.
@@ -52,6 +59,10 @@ type Alloc struct {
 	// MetaAdmission the admission that registered it).
 	JobMeta   map[string]string
 	Resources policy.Resources
+	// ClientStatus and DesiredStatus are Nomad's (pending, running,
+	// complete, failed, lost; run, stop, evict); JobAllocations fills
+	// them, Allocations may.
+	ClientStatus, DesiredStatus string
 }
 
 // JobInfo is what the controller reads of a job.

@@ -208,39 +208,68 @@ func (r *JobRecord) matches(job *api.Job) error {
 	if _, ok := job.Meta[contract.MetaAdmission]; ok {
 		return fmt.Errorf("job meta %s is the controller's to set", contract.MetaAdmission)
 	}
-	if len(job.TaskGroups) == 0 {
-		return errors.New("job has no task group")
+	if err := checkAllowed(job); err != nil {
+		return err
 	}
-	members := 0
-	var per *Resources
+	members, per, err := Gang(job, r.Kind == KindService)
+	if err != nil {
+		return err
+	}
+	if members != r.Members {
+		return fmt.Errorf("job has %d members, the record says %d", members, r.Members)
+	}
+	if members > 0 && per != r.PerMember {
+		return fmt.Errorf("a member asks for %s, the record says %s", describeRes(per), describeRes(r.PerMember))
+	}
+	return nil
+}
+
+// Gang is what a job asks of the cluster: its members (the groups'
+// counts) and what each member asks for, every group alike. A job that
+// scales itself (a scaling block) is refused unless service is set: a
+// service's replicas move within the block's bounds, which must hold its
+// count.
+func Gang(job *api.Job, service bool) (members int, per Resources, err error) {
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	if len(job.TaskGroups) == 0 {
+		return 0, per, errors.New("job has no task group")
+	}
+	seen := false
 	for _, g := range job.TaskGroups {
+		if g == nil {
+			return 0, per, errors.New("a task group is null")
+		}
 		n := 1
 		if g.Count != nil {
 			n = *g.Count
 		}
 		if n < 0 || n > MaxMembers {
-			return fmt.Errorf("group %s: count %d", clip(str(g.Name)), n)
+			return 0, per, fmt.Errorf("group %s: count %d", clip(str(g.Name)), n)
 		}
-		if g.Scaling != nil {
-			return fmt.Errorf("group %s: a queued job may not scale itself (scaling block)", clip(str(g.Name)))
+		if s := g.Scaling; s != nil {
+			if !service {
+				return 0, per, fmt.Errorf("group %s: a queued job may not scale itself (scaling block)", clip(str(g.Name)))
+			}
+			if s.Max == nil || *s.Max < 0 || *s.Max > MaxMembers || (s.Min != nil && (*s.Min < 0 || *s.Min > int64(n))) || int64(n) > *s.Max {
+				return 0, per, fmt.Errorf("group %s: scaling bounds must hold its count %d and stay within %d", clip(str(g.Name)), n, MaxMembers)
+			}
 		}
 		if n == 0 {
 			continue
 		}
 		members += n
 		got := groupResources(g)
-		if per != nil && *per != got {
-			return fmt.Errorf("groups ask for different resources (%s and %s): a gang's members are alike", describeRes(*per), describeRes(got))
+		if seen && per != got {
+			return 0, per, fmt.Errorf("groups ask for different resources (%s and %s): a gang's members are alike", describeRes(per), describeRes(got))
 		}
-		per = &got
+		per, seen = got, true
 	}
-	if members != r.Members {
-		return fmt.Errorf("job has %d members, the record says %d", members, r.Members)
-	}
-	if per != nil && *per != r.PerMember {
-		return fmt.Errorf("a member asks for %s, the record says %s", describeRes(*per), describeRes(r.PerMember))
-	}
-	return nil
+	return members, per, nil
 }
 
 // groupResources is what one member of g asks for: the sum over its
@@ -356,6 +385,10 @@ type Status struct {
 	// Admitted.
 	AdmittedAt *time.Time  `json:"admitted_at,omitempty"`
 	Placement  []Placement `json:"placement,omitempty"`
+	// ShortSince: the admitted gang has had fewer members placed or
+	// running than it has (and not because they ended) since then; past
+	// the controller's PartialGrace it is stopped whole and queued again.
+	ShortSince *time.Time `json:"short_since,omitempty"`
 	// Preempted (now, or last).
 	PreemptedBy  string     `json:"preempted_by,omitempty"`
 	PreemptedWhy string     `json:"preempted_why,omitempty"`

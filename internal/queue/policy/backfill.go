@@ -26,12 +26,17 @@ type reservation struct {
 	// members: a gang confined to it delays the head whenever it ends.
 	extra     []Resources
 	noFitSide map[gangShape]int // the fitter's cache, for extra
+	// limit is min(free now, extra) per node, as of the fitter's
+	// limitVersion (-1: not computed): it changes only with an
+	// admission, and thousands of gangs behind the head ask of it.
+	limit        []Resources
+	limitVersion int
 }
 
 // reserve computes the head's reservation from the free space now and the
 // releases to come. O(releases × nodes) at worst, once per Decide.
 func reserve(head *pendingJob, free []Resources, releases []release) *reservation {
-	r := &reservation{head: head, noFitSide: map[gangShape]int{}}
+	r := &reservation{head: head, noFitSide: map[gangShape]int{}, limitVersion: -1}
 	sorted := slices.Clone(releases)
 	slices.SortFunc(sorted, func(a, b release) int { return a.at.Compare(b.at) })
 	projected := slices.Clone(free)
@@ -76,11 +81,19 @@ func (r *reservation) fitBeside(f *fitter, per Resources, members int) []nodeMem
 	if n, ok := r.noFitSide[key]; ok && members >= n {
 		return nil
 	}
-	limit := make([]Resources, len(f.free))
-	for i := range limit {
-		limit[i] = f.free[i].min(r.extra[i])
+	if r.limitVersion != f.version || len(r.limit) != len(f.free) {
+		if len(r.limit) != len(f.free) {
+			r.limit = make([]Resources, len(f.free))
+		}
+		for i := range r.limit {
+			r.limit[i] = f.free[i].min(r.extra[i])
+		}
+		r.limitVersion = f.version
 	}
-	alloc := bestFit(limit, per, members, nil)
+	var alloc []nodeMembers
+	if countSlots(r.limit, per, members) >= members {
+		alloc = bestFit(r.limit, per, members, nil)
+	}
 	if alloc == nil {
 		if n, ok := r.noFitSide[key]; !ok || members < n {
 			r.noFitSide[key] = members
@@ -90,6 +103,7 @@ func (r *reservation) fitBeside(f *fitter, per Resources, members int) []nodeMem
 	for _, a := range alloc {
 		r.extra[a.node] = r.extra[a.node].minus(per.times(a.members))
 	}
+	r.limitVersion = -1 // extra changed
 	return alloc
 }
 

@@ -18,6 +18,9 @@ type fitter struct {
 	free      []Resources
 	totalFree Resources
 	noFit     map[gangShape]int // smallest member count found not to fit
+	// version counts changes of free, so that what is derived from it
+	// (the backfill limit) is recomputed only when it changed.
+	version int
 }
 
 func newFitter(free []Resources) *fitter {
@@ -57,6 +60,7 @@ func (f *fitter) take(per Resources, members int) []nodeMembers {
 
 // consume removes alloc × per from the free space.
 func (f *fitter) consume(alloc []nodeMembers, per Resources) {
+	f.version++
 	for _, a := range alloc {
 		f.free[a.node] = f.free[a.node].minus(per.times(a.members))
 		f.totalFree = f.totalFree.minus(per.times(a.members))

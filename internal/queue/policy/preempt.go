@@ -210,6 +210,7 @@ func (d *decider) preempt(p *pendingJob) bool {
 	}
 	j := p.job
 	alloc := bestFit(trial.free, j.PerMember, j.Members, prefer)
+	d.fit.version++
 	for _, a := range alloc {
 		use := j.PerMember.times(a.members)
 		fromFree := use.minus(use.min(trial.freed[a.node]))
