@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -497,25 +495,10 @@ func checkText(s string) error {
 // checkLongText is checkText for the sentences the controller writes.
 func checkLongText(s string) error { return checkTextLen(s, 4*maxTextLen) }
 
-func checkTextLen(s string, n int) error {
-	switch {
-	case len(s) > n:
-		return fmt.Errorf("%d bytes; at most %d", len(s), n)
-	case !utf8.ValidString(s):
-		return errors.New("not UTF-8")
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return fmt.Errorf("%q holds a control character", clip(s))
-	}
-	return nil
-}
+func checkTextLen(s string, n int) error { return queuefile.CheckText(s, n) }
 
 // clip shortens s for an error message (which quotes it with %q).
-func clip(s string) string {
-	if len(s) > 80 {
-		return strings.ToValidUTF8(s[:80], "") + "…"
-	}
-	return s
-}
+func clip(s string) string { return queuefile.Clip(s) }
 
 func orDefault(s, def string) string {
 	if s == "" {

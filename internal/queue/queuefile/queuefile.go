@@ -25,11 +25,15 @@ package queuefile
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
 	"os"
 	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -67,6 +71,31 @@ const (
 // Prometheus label and a Consul key segment, so nothing that needs
 // escaping in any of them.
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+
+// CheckText refuses text the queue's records may not hold: more than max
+// bytes, invalid UTF-8, or a control character (a terminal escape in what
+// `gpujob queue status` prints). The configuration and the queued-job
+// records share it.
+func CheckText(s string, max int) error {
+	switch {
+	case len(s) > max:
+		return fmt.Errorf("%d bytes; at most %d", len(s), max)
+	case !utf8.ValidString(s):
+		return errors.New("not UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%q holds a control character", Clip(s))
+	}
+	return nil
+}
+
+// Clip shortens s for an error message that quotes it, cutting at a rune
+// boundary.
+func Clip(s string) string {
+	if len(s) > 80 {
+		return strings.ToValidUTF8(s[:80], "") + "…"
+	}
+	return s
+}
 
 // CheckName reports a name that is not a valid queue name.
 func CheckName(name string) error { return checkName("queue", name) }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/gpujob/gpujob/internal/queue/policy"
 )
@@ -202,5 +203,32 @@ func TestValidate(t *testing.T) {
 		if err := Validate(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+func TestCheckText(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string // "" is accepted
+	}{
+		{"alice applied it", 64, ""},
+		{"", 64, ""},
+		{"naïve", 64, ""},
+		{"abc", 2, "3 bytes; at most 2"},
+		{"a\x1b[2Jb", 64, "control character"},
+		{"a\nb", 64, "control character"},
+		{"\xff\xfe", 64, "not UTF-8"},
+	} {
+		err := CheckText(c.in, c.max)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("CheckText(%q): %v", c.in, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("CheckText(%q) = %v, want %q", c.in, err, c.want)
+		}
+	}
+	if got := Clip(strings.Repeat("é", 60)); !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Errorf("Clip cut a rune or added no ellipsis: %q", got)
 	}
 }

@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/hashicorp/consul/api"
 
@@ -118,24 +116,9 @@ func (r *Record) Check() error {
 
 // checkText refuses what would be unsafe to print on a terminal (control
 // characters: escape sequences), invalid UTF-8, and long text.
-func checkText(s string) error {
-	switch {
-	case len(s) > maxTextLen:
-		return fmt.Errorf("%d bytes; at most %d", len(s), maxTextLen)
-	case !utf8.ValidString(s):
-		return errors.New("not UTF-8")
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return fmt.Errorf("%q holds a control character", clip(s))
-	}
-	return nil
-}
+func checkText(s string) error { return queuefile.CheckText(s, maxTextLen) }
 
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+func clip(s string) string { return queuefile.Clip(s) }
 
 // Encode is the record's stored form; it refuses a record Check refuses.
 func Encode(r *Record) ([]byte, error) {
