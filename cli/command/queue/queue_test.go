@@ -236,8 +236,8 @@ func TestControllerOptions(t *testing.T) {
 	})
 	cmdtest.CheckRefusals(t, NewControllerCmd, cmdtest.Refusal{Args: []string{"x"}, Err: `unknown command "x"`})
 	cmdtest.CheckOptions(t, NewApplyCmd, []cmdtest.Case[ApplyOptions]{
-		{Args: []string{"q.hcl"}, Want: ApplyOptions{Path: "q.hcl", }},
-		{Args: []string{"--no-controller", "q.hcl"}, Want: ApplyOptions{Path: "q.hcl", NoController: true, }},
+		{Args: []string{"q.hcl"}, Want: ApplyOptions{Path: "q.hcl"}},
+		{Args: []string{"--no-controller", "q.hcl"}, Want: ApplyOptions{Path: "q.hcl", NoController: true}},
 		{Args: []string{"--controller-binary", "/opt/gpujob", "--controller-user", "ops", "--controllers", "2", "q.hcl"},
 			Want: ApplyOptions{Path: "q.hcl", ControllerBinary: "/opt/gpujob", ControllerUser: "ops", Controllers: 2}},
 	})
@@ -291,7 +291,10 @@ func TestApplyRegistersTheController(t *testing.T) {
 	running := "running"
 	job.Status = &running
 	f.SetJob(job)
-	f.ParseHCLFunc = func(string, string) (*api.Job, error) { t.Error("a running controller was registered again"); return nil, errors.New("no") }
+	f.ParseHCLFunc = func(string, string) (*api.Job, error) {
+		t.Error("a running controller was registered again")
+		return nil, errors.New("no")
+	}
 	out, _, err = run(t, f, "apply", p)
 	if err != nil || !strings.Contains(out, "queue controller: job gpujob-queue-controller runs (running)") {
 		t.Fatalf("apply with the controller running: %v\n%s", err, out)
