@@ -271,6 +271,16 @@ func TestQueueController(t *testing.T) {
 		st, _, err2 := cc.KV().Get(contract.QueueStatusPrefix+"/default/"+a.ID, nil)
 		return err1 == nil && err2 == nil && rec == nil && st == nil, fmt.Sprintf("record %v, status %v", rec != nil, st != nil)
 	})
+
+	// Stopped, the controller resigns: the leader key is free well before
+	// its session's TTL (10 s) could have expired.
+	if _, _, err := c.nomad.Jobs().Deregister(render.QueueControllerJob, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	queueWait(t, 8*time.Second, "leader key released on SIGTERM", func() (bool, string) {
+		kv, _, err := cc.KV().Get(contract.QueueLeaderKey, nil)
+		return err == nil && (kv == nil || kv.Session == ""), fmt.Sprintf("%+v (%v)", kv, err)
+	})
 }
 
 // resetQueues leaves the cluster as the queue tests found it: the
