@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/queue/admit"
+	"github.com/gpujob/gpujob/internal/queue/nomadseam"
 )
 
 // queueTrainSpec is a train spec in the queue "default" whose members
@@ -195,6 +197,26 @@ func TestQueueController(t *testing.T) {
 	cc := c.consulClient(t)
 	t.Cleanup(func() { c.resetQueues(t, cc, "e2e-queue-a", "e2e-queue-b") })
 
+	// The controller's Nomad on the real agents: the idle cluster's one
+	// node with its GPUs, a watch that answers Nomad's index, a missing
+	// job read as none and stopped as success.
+	seam := nomadseam.New(c.nomad)
+	bg := ctx(t, time.Minute)
+	nodes, err := seam.Nodes(bg)
+	if err != nil || len(nodes) != 1 || nodes[0].Capacity.GPUs != fakeGPUsPerClient || nodes[0].Capacity.CPUMHz <= 0 ||
+		nodes[0].Capacity.CPUMHz > clientCPUMHz {
+		t.Fatalf("Nodes() = %+v, %v; want the one client with its %d GPUs and at most %d MHz", nodes, err, fakeGPUsPerClient, clientCPUMHz)
+	}
+	if idx, err := seam.WaitAllocations(bg, 0); err != nil || idx == 0 {
+		t.Fatalf("WaitAllocations(0) = %d, %v", idx, err)
+	}
+	if info, err := seam.Job(bg, "default", "e2e-queue-none"); info != nil || err != nil {
+		t.Fatalf("Job of a missing job = %+v, %v", info, err)
+	}
+	if err := seam.Stop(bg, "default", "e2e-queue-none"); err != nil {
+		t.Fatalf("Stop of a missing job: %v", err)
+	}
+
 	queues := filepath.Join(t.TempDir(), "queues.hcl")
 	if err := os.WriteFile(queues, []byte(fmt.Sprintf("queue \"default\" {\n  gpus = %d\n}\n", fakeGPUsPerClient)), 0o644); err != nil {
 		t.Fatal(err)
@@ -236,6 +258,31 @@ func TestQueueController(t *testing.T) {
 		return st != nil && st.State == admit.StateAdmitted, fmt.Sprintf("%+v", st)
 	})
 	c.checkAdmittedWhole(t, cc, a.ID, 3)
+	// Registering A again as new fails Nomad's index check: the conflict
+	// the controller relies on against a deposed leader.
+	jobA, _, err := c.nomad.Jobs().Info(a.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seam.Register(bg, jobA, 0); !errors.Is(err, admit.ErrConflict) {
+		t.Errorf("registering A again with index 0: %v, want admit.ErrConflict", err)
+	}
+	allocs, err := seam.Allocations(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpusOfA := 0
+	for _, al := range allocs {
+		if al.JobID == a.ID {
+			gpusOfA += al.Resources.GPUs
+			if al.JobMeta[contract.MetaAdmission] == "" {
+				t.Errorf("allocation %s of A carries no admission marker in its job meta: %v", al.ID, al.JobMeta)
+			}
+		}
+	}
+	if gpusOfA != 3 {
+		t.Errorf("A's allocations hold %d GPUs by Allocations(), want 3", gpusOfA)
+	}
 
 	// Gang B (2 GPUs) does not fit beside A: it waits, says why, and Nomad
 	// has no job of it.
