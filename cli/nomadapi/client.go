@@ -45,6 +45,26 @@ type client struct {
 
 // New connects to Nomad (no request is made until a command needs one).
 func New(o Options) (API, error) {
+	c, cfg, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &client{c: c, namespace: ns, tokenSet: cfg.SecretID != "", socket: o.Socket}, nil
+}
+
+// NewRaw is the Nomad API client New wraps, for a library that takes one
+// (the queue controller's internal/queue/nomadseam): the same settings,
+// the same environment, the Task API socket.
+func NewRaw(o Options) (*api.Client, error) {
+	c, _, err := newClient(o)
+	return c, err
+}
+
+func newClient(o Options) (*api.Client, *api.Config, error) {
 	cfg := api.DefaultConfig() // reads the NOMAD_* environment
 	if o.Address != "" {
 		cfg.Address = o.Address
@@ -81,13 +101,9 @@ func New(o Options) (API, error) {
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
+		return nil, nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 	}
-	ns := cfg.Namespace
-	if ns == "" {
-		ns = "default"
-	}
-	return &client{c: c, namespace: ns, tokenSet: cfg.SecretID != "", socket: o.Socket}, nil
+	return c, cfg, nil
 }
 
 func (c *client) Address() string {

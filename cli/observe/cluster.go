@@ -5,7 +5,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/explain"
 	"github.com/gpujob/gpujob/cli/nomadapi"
-	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/internal/nomadnode"
 )
 
 // ClusterGPUs reads every ready node's GPUs and who holds them, and what
@@ -21,29 +21,20 @@ func ClusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 			continue
 		}
 		n := explain.Node{Name: s.Name, Pool: s.NodePool, Holds: map[string]int{}, Datacenter: s.Datacenter,
-			Ineligible: s.SchedulingEligibility == api.NodeSchedulingIneligible, DriverProblem: driverProblem(s.Drivers)}
+			Ineligible: s.SchedulingEligibility == api.NodeSchedulingIneligible, DriverProblem: nomadnode.DriverProblem(s.Drivers)}
 		healthy := map[string]bool{}
 		if s.NodeResources != nil {
-			n.CPU, n.MemoryMiB = s.NodeResources.Cpu.CpuShares, s.NodeResources.Memory.MemoryMB
-			if r := s.ReservedResources; r != nil {
-				n.CPU = max(n.CPU-int64(min(r.Cpu.CpuShares, uint64(n.CPU))), 0)
-				n.MemoryMiB = max(n.MemoryMiB-int64(min(r.Memory.MemoryMB, uint64(n.MemoryMiB))), 0)
-			}
+			n.CPU, n.MemoryMiB = nomadnode.Allocatable(s)
 			for _, g := range s.NodeResources.Devices {
-				if g.Vendor+"/"+g.Type != contract.GPUDevice {
+				ids := nomadnode.HealthyGPUs(g)
+				if len(ids) == 0 {
 					continue
 				}
-				d := explain.Device{Model: g.Name, MemoryMiB: deviceMemoryMiB(g.Attributes[gpuMemoryAttr])}
-				for _, inst := range g.Instances {
-					if inst.Healthy {
-						healthy[inst.ID] = true
-						n.GPUs++
-						d.Healthy++
-					}
+				for _, id := range ids {
+					healthy[id] = true
 				}
-				if d.Healthy > 0 {
-					n.Devices = append(n.Devices, d)
-				}
+				n.GPUs += len(ids)
+				n.Devices = append(n.Devices, explain.Device{Model: g.Name, MemoryMiB: deviceMemoryMiB(g.Attributes[gpuMemoryAttr]), Healthy: len(ids)})
 			}
 		}
 		n.Free = n.GPUs
@@ -62,26 +53,6 @@ func ClusterGPUs(nomad nomadapi.API) ([]explain.Node, error) {
 		nodes = append(nodes, n)
 	}
 	return nodes, nil
-}
-
-// driverProblem says why a node cannot run the gpujob driver, from its
-// fingerprinted drivers; "" when it can, or when the node lists no drivers
-// at all (then nothing is known to refuse on).
-func driverProblem(drivers map[string]*api.DriverInfo) string {
-	if drivers == nil {
-		return ""
-	}
-	d := drivers[contract.DriverName]
-	switch {
-	case d == nil || !d.Detected:
-		return "no gpujob driver"
-	case !d.Healthy:
-		if d.HealthDescription != "" {
-			return "gpujob driver unhealthy: " + d.HealthDescription
-		}
-		return "gpujob driver unhealthy"
-	}
-	return ""
 }
 
 // gpuMemoryAttr is the device attribute `gpu { min_memory }` constrains.

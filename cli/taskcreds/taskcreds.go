@@ -73,7 +73,14 @@ func (c *Creds) Consul() (*consul.Client, error) {
 // Nomad is a Nomad client through the Task API socket with the variable's
 // token, in namespace ns ("" for the default).
 func (c *Creds) Nomad(ns string) (nomadapi.API, error) {
-	return nomadapi.New(nomadapi.Options{Socket: c.socket, Token: c.items[ItemNomadToken], Namespace: ns})
+	return nomadapi.New(c.NomadOptions(ns))
+}
+
+// NomadOptions are the settings Nomad makes its client with: the Task API
+// socket and the variable's token, in namespace ns ("" for the default),
+// for nomadapi.NewRaw.
+func (c *Creds) NomadOptions(ns string) nomadapi.Options {
+	return nomadapi.Options{Socket: c.socket, Token: c.items[ItemNomadToken], Namespace: ns}
 }
 
 func bytesOf(s string) []byte {

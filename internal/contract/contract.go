@@ -68,6 +68,7 @@ const (
 	KindSweepController = "sweep-controller"
 	KindGateway         = "gateway"
 	KindExporter        = "exporter"
+	KindQueueController = "queue-controller"
 )
 
 // ReservedMeta are the meta keys a spec's own meta may not set: gpujob

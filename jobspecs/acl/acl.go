@@ -62,6 +62,7 @@ var known = map[string]Policy{
 	"consul-queues":           {Summary: "the queue configuration: write for who applies queue files; --read-only for users", ReadOnly: true},
 	"nomad-exporter":          {Summary: "the exporters' Nomad token (read nodes, jobs, allocations, logs)"},
 	"consul-queue-controller": {Summary: "the queue admission controller's Consul token (the queue state: statuses, leader key)"},
+	"nomad-queue-controller":  {Summary: "the queue admission controller's Nomad token (read nodes, plan, register and stop jobs in every namespace)"},
 	"consul-queue-submit":     {Summary: "a user's Consul token for queued jobs of one namespace (their records; read their statuses)", PerNamespace: true, ReadOnly: true},
 }
 

@@ -56,7 +56,10 @@ keeps a namespace whose name extends another's apart); consul-services also
 reads every namespace's routes, for the check that no two services take one
 path. --read-only renders the Consul ones read only. consul-queues is the
 queue configuration's: as is for those who apply queue files, --read-only for
-users (submit's queue check).
+users (submit's queue check). The queue admission controller holds
+nomad-queue-controller and consul-queue-controller, from the Nomad variable
+nomad/jobs/gpujob-queue-controller (items nomad_token and consul_token), as
+the exporters and the gateways hold theirs.
 
 --sweep-prefix and --service-prefix (default $GPUJOB_SWEEP_KEY_PREFIX and
 $GPUJOB_SERVICE_KEY_PREFIX, else gpujob/sweeps and gpujob/services) must be

@@ -53,8 +53,15 @@ func TestPolicyCommand(t *testing.T) {
 	if _, err := run(t, "acl", "policy", "consul-all"); err == nil || !strings.Contains(err.Error(), "consul-sweeps") {
 		t.Errorf("an unknown policy: %v", err)
 	}
+	// The queue controller's Nomad policy reads every node and submits in
+	// every namespace, and is the same whatever the CLI's namespace.
+	out, err = run(t, "acl", "policy", "nomad-queue-controller")
+	if err != nil || !strings.Contains(out, `namespace "*" {`) || !strings.Contains(out, `"submit-job"`) || !strings.Contains(out, `policy = "read"`) ||
+		strings.Contains(out, `namespace "ml"`) {
+		t.Errorf("nomad-queue-controller: %v\n%s", err, out)
+	}
 	out, err = run(t, "acl", "policy")
-	for _, want := range []string{"consul-sweeps", "consul-services", "nomad-submit", "consul-exporter", "nomad-exporter", "(per namespace)"} {
+	for _, want := range []string{"consul-sweeps", "consul-services", "nomad-submit", "consul-exporter", "nomad-exporter", "nomad-queue-controller", "consul-queue-controller", "(per namespace)"} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("the list lacks %q: %v\n%s", want, err, out)
 		}

@@ -53,7 +53,7 @@ queue's configuration beside the GPUs its jobs hold now.`,
   gpujob queue status team-a -json`,
 		Args: cobra.NoArgs,
 	}
-	for _, sub := range []func(*factory.Factory) *cobra.Command{newApplyCmd, newListCmd, newStatusCmd} {
+	for _, sub := range []func(*factory.Factory) *cobra.Command{newApplyCmd, newListCmd, newStatusCmd, newControllerCmd} {
 		cmd.AddCommand(sub(f))
 	}
 	return cmd
@@ -65,6 +65,12 @@ type ApplyOptions struct {
 	Path   string
 	DryRun bool
 	JSON   bool
+	// NoController leaves the admission controller's job alone.
+	NoController     bool
+	ControllerBinary string
+	ControllerUser   string
+	// Controllers is the controller job's count.
+	Controllers int
 }
 
 func newApplyCmd(f *factory.Factory) *cobra.Command { return NewApplyCmd(f, nil) }
@@ -85,7 +91,17 @@ written and apply says who did.
 
 A lowered quota takes effect for new submissions; running jobs keep running.
 A file that declares no queue brings back the default queue alone. With
---dry-run it compares and writes nothing.`,
+--dry-run it compares and writes nothing.
+
+Then, unless --no-controller, it registers the queue's admission controller,
+the Nomad job gpujob-queue-controller (raw_exec: --controller-binary, default
+$` + EnvControllerBinary + `, else this binary, which must be at that path on the clients),
+when it does not run. On a cluster with ACLs, or where this CLI speaks TLS, the
+controller reads its tokens and Consul's TLS material from the Nomad variable
+nomad/jobs/gpujob-queue-controller (items nomad_token, consul_token,
+consul_ca_pem, consul_cert_pem, consul_key_pem; policies: gpujob acl policy
+nomad-queue-controller and consul-queue-controller) and runs as the user
+gpujob-queue (--controller-user), which the clients must have.`,
 		Example: `  gpujob queue apply --dry-run queues.hcl
   gpujob queue apply queues.hcl
   gpujob queue apply queues.hcl -json | jq '.changes'`,
@@ -97,6 +113,10 @@ A file that declares no queue brings back the default queue alone. With
 	}
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "compare with the configuration in Consul and write nothing")
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print what changed as JSON")
+	cmd.Flags().BoolVar(&o.NoController, "no-controller", false, "do not register the admission controller's Nomad job")
+	cmd.Flags().StringVar(&o.ControllerBinary, "controller-binary", "", "absolute `path` of the gpujob binary on the Nomad clients, for the controller")
+	cmd.Flags().StringVar(&o.ControllerUser, "controller-user", "", "the `user` the controller runs as (default nobody; gpujob-queue on a cluster with ACLs or TLS)")
+	cmd.Flags().IntVar(&o.Controllers, "controllers", 0, "how many controllers the job runs (`N`, default 1: one leads, the others stand by)")
 	return cmd
 }
 
@@ -115,10 +135,21 @@ func runApply(ctx context.Context, f *factory.Factory, o *ApplyOptions) error {
 	if err != nil {
 		return err
 	}
+	w := f.IO.Out
 	if o.JSON {
-		return gpujobs.PrintJSON(f.IO.Out, res)
+		if err := gpujobs.PrintJSON(f.IO.Out, res); err != nil {
+			return err
+		}
+		w = f.IO.ErrOut
+	} else {
+		res.Print(f.IO.Out)
 	}
-	res.Print(f.IO.Out)
+	if o.DryRun || o.NoController {
+		return nil
+	}
+	if err := ensureController(f, controllerJob{binary: o.ControllerBinary, user: o.ControllerUser, count: o.Controllers}, w); err != nil {
+		return fmt.Errorf("the queues were applied, but the admission controller's job could not be registered (apply again, or --no-controller): %w", err)
+	}
 	return nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/gpujob/gpujob/cli/iostreams"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/queues"
+	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/testagent"
 )
@@ -108,7 +109,7 @@ func TestApplyThenList(t *testing.T) {
 		t.Fatalf("list before any apply: %v\n%s", err, out)
 	}
 	p := writeFile(t, teams)
-	out, _, err = run(t, nil, "apply", "--dry-run", p)
+	out, _, err = run(t, nil, "apply", "--no-controller", "--dry-run", p)
 	if err != nil || !strings.Contains(out, "+ team-a  gpus 8, weight 2, borrow on, priority 50, cohort research") ||
 		!strings.Contains(out, "1 queue(s) unchanged: default") || !strings.Contains(out, "dry run: nothing was written") {
 		t.Fatalf("dry run: %v\n%s", err, out)
@@ -116,7 +117,7 @@ func TestApplyThenList(t *testing.T) {
 	if out, _, _ := run(t, nil, "list"); !strings.Contains(out, "No queue file applied") {
 		t.Fatalf("the dry run applied:\n%s", out)
 	}
-	out, _, err = run(t, nil, "apply", p)
+	out, _, err = run(t, nil, "apply", "--no-controller", p)
 	if err != nil || !strings.Contains(out, "applied (Consul index") {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
@@ -139,7 +140,7 @@ func TestApplyThenList(t *testing.T) {
 
 	// Change one, remove one, add one.
 	p2 := writeFile(t, strings.Replace(strings.Replace(teams, "gpus   = 8", "gpus   = 4", 1), `queue "team-b" {`, `queue "team-c" {`, 1))
-	out, _, err = run(t, nil, "apply", "--json", p2)
+	out, _, err = run(t, nil, "apply", "--no-controller", "--json", p2)
 	var res queues.ApplyResult
 	if err != nil || json.Unmarshal([]byte(out), &res) != nil || !res.Written || len(res.Changes) != 3 {
 		t.Fatalf("apply -json: %v\n%s", err, out)
@@ -150,7 +151,7 @@ func TestApplyThenList(t *testing.T) {
 	if res.Changes[1].Action != queues.Added || res.Changes[2].Queue != "team-b" || res.Changes[2].Action != queues.Removed {
 		t.Errorf("changes %+v", res.Changes)
 	}
-	if out, _, err := run(t, nil, "apply", p2); err != nil || !strings.Contains(out, "no change: nothing was written") {
+	if out, _, err := run(t, nil, "apply", "--no-controller", p2); err != nil || !strings.Contains(out, "no change: nothing was written") {
 		t.Fatalf("apply again: %v\n%s", err, out)
 	}
 }
@@ -159,7 +160,7 @@ func TestApplyThenList(t *testing.T) {
 func TestApplyRefusesABadFile(t *testing.T) {
 	cleanConfig(t)
 	p := writeFile(t, "queue \"a\" {\n  gpus = 2\n}\n\nqueue \"b\" {\n  weight = -1\n}\n")
-	_, errOut, err := run(t, nil, "apply", p)
+	_, errOut, err := run(t, nil, "apply", "--no-controller", p)
 	var exit *cmdutil.ExitError
 	if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(err.Error(), "nothing was applied") {
 		t.Fatalf("err %v", err)
@@ -170,7 +171,7 @@ func TestApplyRefusesABadFile(t *testing.T) {
 	if kv, _, _ := shared.Client(t).KV().Get(contract.QueueConfigKey, nil); kv != nil {
 		t.Errorf("stored %s", kv.Value)
 	}
-	if _, _, err := run(t, nil, "apply", filepath.Join(t.TempDir(), "none.hcl")); err == nil || !strings.Contains(err.Error(), "nothing was applied") {
+	if _, _, err := run(t, nil, "apply", "--no-controller", filepath.Join(t.TempDir(), "none.hcl")); err == nil || !strings.Contains(err.Error(), "nothing was applied") {
 		t.Errorf("missing file: %v", err)
 	}
 }
@@ -178,7 +179,7 @@ func TestApplyRefusesABadFile(t *testing.T) {
 // Status puts each job's GPUs in its queue, from the cluster's inventory.
 func TestStatus(t *testing.T) {
 	cleanConfig(t)
-	if _, _, err := run(t, nil, "apply", writeFile(t, teams)); err != nil {
+	if _, _, err := run(t, nil, "apply", "--no-controller", writeFile(t, teams)); err != nil {
 		t.Fatal(err)
 	}
 	f := nomadapi.NewFake()
@@ -224,5 +225,109 @@ func TestStatus(t *testing.T) {
 	f.Fail("Jobs", &api.UnexpectedResponseError{})
 	if _, _, err := run(t, f, "status"); err == nil {
 		t.Error("status without the jobs list succeeded")
+	}
+}
+
+func TestControllerOptions(t *testing.T) {
+	t.Setenv("NOMAD_ALLOC_ID", "alloc-1234")
+	cmdtest.CheckOptions(t, NewControllerCmd, []cmdtest.Case[ControllerOptions]{
+		{Args: []string{}, Want: ControllerOptions{ID: "alloc-1234"}},
+		{Args: []string{"--id", "ctl-a", "--resync", "5s"}, Want: ControllerOptions{ID: "ctl-a", Resync: 5 * time.Second}},
+	})
+	cmdtest.CheckRefusals(t, NewControllerCmd, cmdtest.Refusal{Args: []string{"x"}, Err: `unknown command "x"`})
+	cmdtest.CheckOptions(t, NewApplyCmd, []cmdtest.Case[ApplyOptions]{
+		{Args: []string{"q.hcl"}, Want: ApplyOptions{Path: "q.hcl"}},
+		{Args: []string{"--no-controller", "q.hcl"}, Want: ApplyOptions{Path: "q.hcl", NoController: true}},
+		{Args: []string{"--controller-binary", "/opt/gpujob", "--controller-user", "ops", "--controllers", "2", "q.hcl"},
+			Want: ApplyOptions{Path: "q.hcl", ControllerBinary: "/opt/gpujob", ControllerUser: "ops", Controllers: 2}},
+	})
+}
+
+// controllerFake is a Nomad whose ParseHCL takes the controller's rendered
+// job and checks it is that.
+func controllerFake(t *testing.T) *nomadapi.Fake {
+	f := nomadapi.NewFake()
+	f.ParseHCLFunc = func(src, vars string) (*api.Job, error) {
+		if !strings.Contains(src, `job "gpujob-queue-controller"`) || !strings.Contains(src, `"queue", "controller"`) {
+			t.Errorf("ParseHCL got something other than the queue controller's job:\n%s", src)
+		}
+		id, typ := "gpujob-queue-controller", "service"
+		return &api.Job{ID: &id, Name: &id, Type: &typ, Meta: map[string]string{"src": src}}, nil
+	}
+	return f
+}
+
+// Apply registers the admission controller's job when it does not run,
+// leaves a running one alone, registers a stopped or dead one again, and
+// with --no-controller does not ask Nomad.
+func TestApplyRegistersTheController(t *testing.T) {
+	cleanConfig(t)
+	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:4646")
+	t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.1:8500")
+	t.Setenv("NOMAD_CACERT", "")
+	t.Setenv("CONSUL_CACERT", "")
+	t.Setenv("CONSUL_HTTP_SSL", "")
+	p := writeFile(t, teams)
+	f := controllerFake(t)
+	out, _, err := run(t, f, "apply", "--controller-binary", "/opt/gpujob/bin/gpujob", p)
+	if err != nil || !strings.Contains(out, "queue controller: registered job gpujob-queue-controller") || !strings.Contains(out, "as nobody") {
+		t.Fatalf("first apply: %v\n%s", err, out)
+	}
+	job, err := f.Job("gpujob-queue-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := job.Meta["src"]
+	for _, want := range []string{`command = "/opt/gpujob/bin/gpujob"`, `NOMAD_ADDR`, `"http://127.0.0.1:4646"`, `CONSUL_HTTP_ADDR`, `user         = "nobody"`} {
+		if !strings.Contains(src, want) {
+			t.Errorf("the registered job lacks %q:\n%s", want, src)
+		}
+	}
+	if strings.Contains(src, render.EnvQueueControllerSecrets) {
+		t.Errorf("without ACLs or TLS the controller reads no variable:\n%s", src)
+	}
+
+	// Running: left alone.
+	running := "running"
+	job.Status = &running
+	f.SetJob(job)
+	f.ParseHCLFunc = func(string, string) (*api.Job, error) {
+		t.Error("a running controller was registered again")
+		return nil, errors.New("no")
+	}
+	out, _, err = run(t, f, "apply", p)
+	if err != nil || !strings.Contains(out, "queue controller: job gpujob-queue-controller runs (running)") {
+		t.Fatalf("apply with the controller running: %v\n%s", err, out)
+	}
+
+	// Stopped: registered again, with ACLs from the variable as its own
+	// user, with a warning while the variable is missing.
+	stop := true
+	job.Stop = &stop
+	f.SetJob(job)
+	f2 := controllerFake(t)
+	f2.SetJob(job)
+	f2.SetACLEnabled(true)
+	out, errOut, err := run(t, f2, "apply", "--controller-binary", "/opt/gpujob/bin/gpujob", p)
+	if err != nil || !strings.Contains(out, "registered job gpujob-queue-controller") || !strings.Contains(out, "as gpujob-queue") ||
+		!strings.Contains(out, "warning: queue controller: no variable nomad/jobs/gpujob-queue-controller") {
+		t.Fatalf("apply with the controller stopped, ACLs on: %v\n%s\n%s", err, out, errOut)
+	}
+	job, _ = f2.Job("gpujob-queue-controller")
+	if src := job.Meta["src"]; !strings.Contains(src, `GPUJOB_QUEUE_CONTROLLER_SECRETS = "nomad/jobs/gpujob-queue-controller"`) ||
+		strings.Contains(src, `"http://127.0.0.1:4646"`) {
+		t.Errorf("with ACLs the controller reads its variable and reaches Nomad through its socket:\n%s", src)
+	}
+
+	// A Nomad that fails: the queues are applied, the error says so.
+	f3 := controllerFake(t)
+	f3.Fail("Register", errors.New("permission denied"))
+	_, _, err = run(t, f3, "apply", p)
+	if err == nil || !strings.Contains(err.Error(), "the queues were applied, but the admission controller's job could not be registered") {
+		t.Errorf("a failed registration: %v", err)
+	}
+	// --no-controller: Nomad is never asked (run fails the test if it is).
+	if _, _, err := run(t, nil, "apply", "--no-controller", p); err != nil {
+		t.Error(err)
 	}
 }

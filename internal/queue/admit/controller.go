@@ -207,7 +207,10 @@ func (r *round) run() error {
 	byJob := map[string][]Alloc{}
 	unmanaged := map[string]policy.Resources{}
 	for _, a := range allocs {
-		if a.JobMeta[contract.MetaKind] == "" {
+		// Only training and service jobs are the queue's: gpujob's own
+		// helpers (gateway, exporter, the controllers) hold what they hold
+		// outside it, like any other work.
+		if k := a.JobMeta[contract.MetaKind]; k != contract.KindTrain && k != contract.KindService {
 			u := unmanaged[a.Node]
 			unmanaged[a.Node] = policy.Resources{GPUs: u.GPUs + a.Resources.GPUs, CPUMHz: u.CPUMHz + a.Resources.CPUMHz, MemoryMB: u.MemoryMB + a.Resources.MemoryMB}
 			continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/internal/queue/policy"
 	"github.com/gpujob/gpujob/internal/queue/queuekv"
 )
 
@@ -341,5 +342,30 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting: %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// gpujob's own helper jobs (the gateway, the exporter, the controllers)
+// hold resources outside every queue: they use no queue's quota, and
+// their nodes offer what they leave.
+func TestHelperJobsAreOutsideTheQueues(t *testing.T) {
+	f := newFixture(t, 1, 4)
+	f.lead(f.c)
+	f.config(queuekv.Queue{Name: "default", GPUs: 2, Weight: 1, Priority: 50})
+	// A helper holding 2 GPUs (as if an exporter asked for them): were it
+	// counted in queue default, its quota of 2 would be spent.
+	f.nomad.outside = append(f.nomad.outside, Alloc{ID: "x1", Namespace: "default", JobID: "gpujob-exporter", Node: "n1",
+		JobMeta:   map[string]string{contract.MetaKind: contract.KindExporter},
+		Resources: policy.Resources{GPUs: 2, CPUMHz: 100, MemoryMB: 64}})
+	f.submit(recordOf(jobOf("default", "small", "", 1, 2), 0, t0))
+	f.submit(recordOf(jobOf("default", "big", "", 1, 4), 0, t0.Add(time.Second)))
+	f.reconcile(f.c)
+	if st := f.status("default/small"); st.State != StateAdmitted {
+		t.Fatalf("a 2-GPU job in an empty 2-GPU queue: %+v", st)
+	}
+	// The node's 4 GPUs less the helper's 2 are held: big cannot fit the
+	// node, whatever its queue says.
+	if st := f.status("default/big"); st.State == StateAdmitted {
+		t.Fatalf("admitted onto GPUs a helper holds: %+v", st)
 	}
 }
