@@ -475,8 +475,9 @@ func TestDecodeStop(t *testing.T) {
 }
 
 // A result is written at once, not at the end of the write interval: with
-// an interval of a minute, the result of a trial whose metrics were just
-// written is in Consul within seconds.
+// an interval of a minute, once the record is taken over a metric waits
+// for the interval, while a result written after it brings both into
+// Consul within seconds.
 func TestResultSkipsTheInterval(t *testing.T) {
 	c := client(t, nil)
 	key, _ := trialKeys(t, c)
@@ -485,16 +486,30 @@ func TestResultSkipsTheInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	// The takeover is the first write and starts the minute; whether a
+	// point printed at once makes it is a race, so wait for it first.
+	waitFor(t, 20*time.Second, "the record taken over", func() bool {
+		pair, _ := get(t, c, key)
+		return pair != nil && pair.Session != ""
+	})
+	if _, m := get(t, c, key); len(m.Points) != 0 {
+		t.Fatalf("points before any were printed: %+v", m.Points)
+	}
 	w := r.Writer()
 	fmt.Fprintf(w, "gpujob-metric: {\"step\": 1, \"loss\": 0.5}\n")
-	waitFor(t, 20*time.Second, "the first metric written", func() bool {
-		_, m := get(t, c, key)
-		return len(m.Points) == 1
-	})
+	time.Sleep(time.Second)
+	if _, m := get(t, c, key); len(m.Points) != 0 {
+		t.Fatalf("a metric was written before the interval ended: %+v", m.Points)
+	}
 	fmt.Fprintf(w, "gpujob-metric: {\"step\": 2, \"loss\": 0.4}\ngpujob-result: {\"accuracy\": 0.9}\n")
 	// Far below the minute the metrics wait, and room for a loaded machine.
 	waitFor(t, 20*time.Second, "the result written", func() bool {
 		_, m := get(t, c, key)
 		return len(m.Points) > 0 && m.Points[len(m.Points)-1].Final
 	})
+	// The result joins step 2's point; the step-1 metric that waited
+	// goes with it.
+	if _, m := get(t, c, key); len(m.Points) != 2 || m.Points[0].Step != 1 {
+		t.Errorf("the result's write has points %+v, want step 1's metric and step 2 with the result", m.Points)
+	}
 }
