@@ -207,7 +207,7 @@ func TestImageJobspecVariants(t *testing.T) {
 		{
 			name: "CPU image job: one rank, no GPUs, no shm",
 			src:  "train \"x\" {\n  command = \"/bin/true\"\n  image = \"busybox\"\n  gpus_per_worker = 0\n}",
-			want: []string{`nproc_per_node         = 1`, `checkpoint_root        = "/var/lib/gpujob/checkpoints"`, `memory = 2048`,
+			want: []string{`nproc_per_node  = 1`, `checkpoint_root = "/var/lib/gpujob/checkpoints"`, `memory = 2048`,
 				`source   = "/var/lib/gpujob/checkpoints/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}/${NOMAD_META_gpujob_run}"`},
 			not: []string{"device", "shm_size", "force_pull", "image_pull_timeout", "auth"},
 		},
@@ -232,7 +232,7 @@ func TestImageJobspecVariants(t *testing.T) {
 			name: "the checkpoint root option",
 			src:  "train \"x\" {\n  command = \"/bin/true\"\n  image = \"busybox\"\n}",
 			o:    render.Options{CheckpointRoot: "/mnt//ckpt/./x/.."},
-			want: []string{`checkpoint_root        = "/mnt/ckpt"`, `"/mnt/ckpt/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}/${NOMAD_META_gpujob_run}"`},
+			want: []string{`checkpoint_root = "/mnt/ckpt"`, `"/mnt/ckpt/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}/${NOMAD_META_gpujob_run}"`},
 		},
 		{
 			name: "a host job ignores the checkpoint root and keeps shm in memory",

@@ -263,13 +263,17 @@ func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root
 	if container != "" {
 		config.SetAttributeValue("container_task", cty.StringVal(container))
 		config.SetAttributeValue("checkpoint_root", cty.StringVal(root))
-		// The supervisor in the container plans a stop by it: docker
-		// stops that member, and the gpujob driver never hears of it.
-		config.SetAttributeValue("container_kill_timeout", cty.StringVal(Duration(kill)))
 	}
 	if o.Sweep != "" {
 		config.SetAttributeValue("sweep", cty.StringVal(o.Sweep))
 		config.SetAttributeValue("trial", cty.StringVal(o.Trial))
+	}
+	if container != "" {
+		// The supervisor in the container plans a stop by it: docker
+		// stops that member, and the gpujob driver never hears of it.
+		// A line of its own, so the attributes above keep their layout.
+		config.AppendNewline()
+		config.SetAttributeValue("container_kill_timeout", cty.StringVal(Duration(kill)))
 	}
 	config.AppendNewline()
 	rdzv := config.AppendNewBlock("rendezvous", nil).Body()

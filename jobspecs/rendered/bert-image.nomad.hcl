@@ -47,8 +47,9 @@ job "bert-image" {
           GPUJOB_CHECKPOINT_EVERY = "20"
           OMP_NUM_THREADS         = "1"
         }
-        container_task         = "train"
-        checkpoint_root        = "/var/lib/gpujob/checkpoints"
+        container_task  = "train"
+        checkpoint_root = "/var/lib/gpujob/checkpoints"
+
         container_kill_timeout = "30s"
 
         rendezvous {
