@@ -105,6 +105,9 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	// the supervisor, and the checkpoint root its mounts were rendered for.
 	"container_task":  hclspec.NewAttr("container_task", "string", false),
 	"checkpoint_root": hclspec.NewAttr("checkpoint_root", "string", false),
+	// The docker task's kill_timeout, which the supervisor in the
+	// container plans its stop by (container.go).
+	"container_kill_timeout": hclspec.NewAttr("container_kill_timeout", "string", false),
 	// A sweep's trial (both or neither): its supervisor reports rank 0's
 	// metric lines and obeys the trial's stop request (supervisor/trial.go).
 	"sweep": hclspec.NewAttr("sweep", "string", false),
@@ -164,6 +167,8 @@ type TaskConfig struct {
 	// ContainerTask makes the task a container member's sidecar.
 	ContainerTask  string `codec:"container_task"`
 	CheckpointRoot string `codec:"checkpoint_root"`
+	// ContainerKillTimeout is the docker task's kill_timeout (a duration).
+	ContainerKillTimeout string `codec:"container_kill_timeout"`
 	// Sweep and Trial make the task a trial of a sweep (reportSpec).
 	Sweep string `codec:"sweep"`
 	Trial string `codec:"trial"`

@@ -46,6 +46,46 @@ type containerPlan struct {
 	task       string // the docker task's name
 	runDir     string // RunRoot/<alloc ID>: the spec and the supervisor
 	eventsFile string // the events file on the host
+	// killTimeout is the docker task's kill_timeout (container_kill_timeout;
+	// 0 when the config has none), for the spec.
+	killTimeout time.Duration
+}
+
+// Bounds of container_kill_timeout: those of a spec's checkpoint_grace,
+// which `gpujob render` writes into both the docker task's kill_timeout
+// and the sidecar's container_kill_timeout. Docker counts whole seconds
+// (supervisor.dockerKillTimeout), so less than a second is no grace at all.
+const (
+	minContainerKillTimeout = time.Second
+	maxContainerKillTimeout = 10 * time.Minute
+)
+
+// containerKillTimeout parses container_kill_timeout. How a stop of the
+// docker task reaches the member: Nomad's docker driver runs `docker stop`
+// with the task's kill_timeout, and the gpujob driver hears nothing of it
+// (Nomad stops a group's prestart sidecars after its main tasks), so it
+// cannot write the supervisor a deadline as it does for a host member.
+// The supervisor reckons one from when the stop signal came and this
+// value, which reaches it in the spec, in the run directory the container
+// mounts read-only: nothing in the container can change it once the
+// member has started. It is the job's word all the same, as the docker
+// task's kill_timeout is; it only plans the supervisor's own steps, never
+// delays the SIGKILL, which docker sends at the kill_timeout Nomad gives.
+func containerKillTimeout(tc *TaskConfig) (time.Duration, error) {
+	if tc.ContainerKillTimeout == "" {
+		// A job rendered before container_kill_timeout, or by hand: the
+		// supervisor's fixed grace.
+		return 0, nil
+	}
+	d, err := duration("container_kill_timeout", tc.ContainerKillTimeout, 0)
+	if err != nil {
+		return 0, err
+	}
+	if d < minContainerKillTimeout || d > maxContainerKillTimeout {
+		return 0, fmt.Errorf("container_kill_timeout: %s is not between %s and %s (set it to the docker task's kill_timeout)",
+			d, minContainerKillTimeout, maxContainerKillTimeout)
+	}
+	return d, nil
 }
 
 // planContainer checks a container member's config against the task and
@@ -65,6 +105,10 @@ func planContainer(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, runRoot 
 	case cfg.AllocDir == "":
 		return nil, fmt.Errorf("the task has no allocation directory for the container's events")
 	}
+	kill, err := containerKillTimeout(tc)
+	if err != nil {
+		return nil, err
+	}
 	if tc.CheckpointRoot != "" && filepath.Clean(tc.CheckpointRoot) != filepath.Clean(pc.CheckpointRoot) {
 		return nil, fmt.Errorf("checkpoint_root: the job mounts checkpoints from %q into the container, but this client keeps them under %q "+
 			"(the driver's checkpoint_root); render the job again with GPUJOB_CHECKPOINT_ROOT=%s", tc.CheckpointRoot, pc.CheckpointRoot, pc.CheckpointRoot)
@@ -74,20 +118,24 @@ func planContainer(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, runRoot 
 		runDir: filepath.Join(runRoot, cfg.AllocID),
 		eventsFile: filepath.Join(cfg.AllocDir, allocdir.SharedAllocName, containermember.EventsDir,
 			safename.Encode(tc.ContainerTask)+".events"),
+		killTimeout: kill,
 	}, nil
 }
 
 // containerSpec turns a host member's spec into the container's: the events
 // go to the shared directory as the container sees it; the driver, which
 // does not run the supervisor, neither records rank groups nor writes stop
-// deadlines (the container's end kills every rank); the container's devices
+// deadlines (the container's end kills every rank), so the supervisor gets
+// the docker task's kill timeout to reckon its own from (killTimeout, 0 for
+// none: the fixed grace); the container's devices
 // are the reservation's alone, so there is no device cgroup to set up, and
 // the reservation's CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES reach
 // the ranks through the container's environment.
-func containerSpec(s *supervisor.Spec, task string) {
+func containerSpec(s *supervisor.Spec, task string, killTimeout time.Duration) {
 	s.EventsFile = containermember.EventsFile(safename.Encode(task))
 	s.GroupsFile = ""
 	s.StopDeadlineFile = ""
+	s.KillTimeout = supervisor.Duration(killTimeout)
 	s.GPUIsolation = nil
 	s.PidsLimit = nil // the docker driver's own pids_limit applies in a container
 	s.VisibleDevices = nil
@@ -113,7 +161,7 @@ func (d *Driver) startContainerMember(cfg *drivers.TaskConfig, tc *TaskConfig, p
 	}
 	spec.RunAs = runAs
 	spec.HostEnv = allowedAgentEnv(agentEnviron(os.Environ()), pc.hostEnv)
-	containerSpec(spec, plan.task)
+	containerSpec(spec, plan.task, plan.killTimeout)
 	if err := secureTaskDirs(cfg, runAs); err != nil {
 		return nil, nil, err
 	}

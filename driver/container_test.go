@@ -199,6 +199,13 @@ func TestContainerMemberRefusesWhatCannotWork(t *testing.T) {
 		{"job ID that is no path segment", "gpujob", "a:b", nil, "safe path segments"},
 		{"no static supervisor", "gpujob", "bad", func(_ *TaskConfig, pc *Config) { pc.ContainerSupervisor = "/nonexistent/gpujob-supervisor" },
 			"container_supervisor"},
+		{"kill timeout that is no duration", "gpujob", "bad", func(tc *TaskConfig, _ *Config) { tc.ContainerKillTimeout = "soon" },
+			`container_kill_timeout: "soon" is not a positive duration`},
+		// Docker counts whole seconds: 900ms would be no grace at all.
+		{"kill timeout under a second", "gpujob", "bad", func(tc *TaskConfig, _ *Config) { tc.ContainerKillTimeout = "900ms" },
+			"container_kill_timeout: 900ms is not between 1s and 10m0s"},
+		{"kill timeout past checkpoint_grace's bound", "gpujob", "bad", func(tc *TaskConfig, _ *Config) { tc.ContainerKillTimeout = "11m" },
+			"container_kill_timeout: 11m0s is not between 1s and 10m0s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			self, _ := os.Executable()
@@ -225,11 +232,11 @@ func TestContainerMemberRefusesWhatCannotWork(t *testing.T) {
 	}
 }
 
-// TestContainerSpecRoundTrips: the container flag survives the spec file,
-// and a host member's spec does not carry it.
+// TestContainerSpecRoundTrips: the container flag and the kill timeout
+// survive the spec file, and a host member's spec carries neither.
 func TestContainerSpecRoundTrips(t *testing.T) {
 	s := &supervisor.Spec{EventsFile: "/x", GroupsFile: "/g", StopDeadlineFile: "/d"}
-	containerSpec(s, "my task")
+	containerSpec(s, "my task", 90*time.Second)
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +245,7 @@ func TestContainerSpecRoundTrips(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !back.Container || back.GroupsFile != "" || back.StopDeadlineFile != "" {
+	if !back.Container || back.GroupsFile != "" || back.StopDeadlineFile != "" || time.Duration(back.KillTimeout) != 90*time.Second {
 		t.Errorf("round trip: %+v", back)
 	}
 	// A task name that is not a path segment is encoded into one.
@@ -246,8 +253,8 @@ func TestContainerSpecRoundTrips(t *testing.T) {
 		t.Errorf("events file %q is not one file in /alloc/gpujob", back.EventsFile)
 	}
 	b, _ = json.Marshal(&supervisor.Spec{})
-	if strings.Contains(string(b), "container") {
-		t.Errorf("a host member's spec names the container: %s", b)
+	if strings.Contains(string(b), "container") || strings.Contains(string(b), "kill_timeout") {
+		t.Errorf("a host member's spec names the container or a kill timeout: %s", b)
 	}
 }
 

@@ -30,6 +30,10 @@ func buildSpec(cfg *drivers.TaskConfig, tc *TaskConfig, pc *Config, getenv func(
 	if tc.Command == "" {
 		return nil, fmt.Errorf("command: must not be empty")
 	}
+	if tc.ContainerKillTimeout != "" && tc.ContainerTask == "" {
+		return nil, fmt.Errorf("container_kill_timeout: only a container member's sidecar (with container_task) takes it; " +
+			"a host member's supervisor learns its task's kill_timeout from the stop itself")
+	}
 	if tc.Service {
 		if err := checkService(tc); err != nil {
 			return nil, err

@@ -84,6 +84,8 @@ func TestBuildSpecErrorsNameTheField(t *testing.T) {
 		{"preload of a bad module", TaskConfig{Command: "/usr/bin/python3", Args: []string{"t.py"}, Preload: []string{"a b"}}, "preload[0]"},
 		{"multi-node without a port", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2"}}, "rendezvous.port: required"},
 		{"unknown port label", TaskConfig{Command: "x", Rendezvous: &RendezvousConfig{NNodes: "2", Port: "nope"}}, `no port labelled "nope"`},
+		// A host member's kill_timeout comes with the stop (StopTask).
+		{"container kill timeout on a host member", TaskConfig{Command: "x", ContainerKillTimeout: "30s"}, "container_kill_timeout: only a container member's sidecar"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

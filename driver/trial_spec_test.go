@@ -91,7 +91,7 @@ func TestPluginConfigSweepKeyPrefix(t *testing.T) {
 // A container member's supervisor reports and obeys like a host member's.
 func TestContainerSpecKeepsTheTrial(t *testing.T) {
 	s := &supervisor.Spec{Report: &supervisor.ReportSpec{MetricsKey: "a/m", StopKey: "a/s"}}
-	containerSpec(s, "train")
+	containerSpec(s, "train", 0)
 	if s.Report == nil || s.Report.MetricsKey != "a/m" {
 		t.Fatalf("report %+v", s.Report)
 	}

@@ -22,8 +22,9 @@ import (
 // Nomad's docker driver against a dockerd that scripts/dev-up.sh starts
 // (GPUJOB_DEV_DOCKER=1), beside the gpujob driver.
 var docker = &sharedCluster{what: "the Docker cluster",
-	opts:  clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 13000, docker: true, dynPorts: 29800},
-	users: []string{"TestContainerTrainingMatchesHost", "TestContainerFaultKillRank", "TestContainerFaultDockerKill"}}
+	opts: clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 13000, docker: true, dynPorts: 29800},
+	users: []string{"TestContainerTrainingMatchesHost", "TestContainerFaultKillRank", "TestContainerFaultDockerKill",
+		"TestContainerStopGivesTheRanksTheCheckpointGrace"}}
 
 func dockerCluster(t *testing.T) *cluster { return docker.get(t) }
 
@@ -440,4 +441,100 @@ func pidsOf(ps []proc) []int {
 		out[i] = p.pid
 	}
 	return out
+}
+
+// graceRankPy is a rank that never exits on SIGTERM: it records when
+// SIGTERM came (term.<rank>) and beats every 0.1 s (beat.<rank>, the time
+// in ns) in the checkpoint directory, which the host sees, until SIGKILL.
+// Python: the test image has no coreutils.
+const graceRankPy = `import os, signal, time
+d, r = os.environ["GPUJOB_CHECKPOINT_DIR"], os.environ["RANK"]
+def put(name, v):
+    with open(f"{d}/{name}.{r}.tmp", "w") as f:
+        f.write(str(v))
+    os.replace(f"{d}/{name}.{r}.tmp", f"{d}/{name}.{r}")
+signal.signal(signal.SIGTERM, lambda *_: put("term", time.time_ns()))
+while True:
+    put("beat", time.time_ns())
+    time.sleep(0.1)
+`
+
+// TestContainerStopGivesTheRanksTheCheckpointGrace: `nomad job stop` of an
+// image job reaches the ranks in the container as on the host: SIGTERM,
+// then most of the docker task's kill_timeout (the spec's checkpoint_grace,
+// which the sidecar passes on as container_kill_timeout) before the
+// SIGKILL, not the fixed 3 s of a supervisor that does not know it; and
+// the supervisor leaves the rendezvous before docker's SIGKILL.
+func TestContainerStopGivesTheRanksTheCheckpointGrace(t *testing.T) {
+	c := dockerCluster(t)
+	c.nodeGPUs(t, fakeGPUsPerClient)
+	c.waitDriverHealthy(t)
+	const id = "e2e-ctr-stop-grace"
+	// 8 s: the supervisor's plan gives the ranks 5 s of it (a margin and
+	// a third, at most 5 s, kept back), clearly more than the fixed 3 s.
+	const kill, atLeast = 8 * time.Second, 4 * time.Second
+	job := c.imageJob(t, id, 1, 1, nil)
+	for _, task := range job.TaskGroups[0].Tasks {
+		task.KillTimeout = durp(kill)
+		if task.Driver == "gpujob" {
+			if got := task.Config["container_kill_timeout"]; got != "30s" {
+				t.Fatalf("gpujob render wrote container_kill_timeout %v, want the default checkpoint_grace 30s", got)
+			}
+			task.Config["container_kill_timeout"] = kill.String()
+			task.Config["args"] = []interface{}{"-c", graceRankPy}
+			delete(task.Config, "preload")
+		}
+	}
+	leaks := c.leakCheckOnFailure(t, id)
+	c.register(t, job)
+	leaks.snapshotAtCleanup()
+	allocs := c.waitAllocs(t, ctx(t, 2*time.Minute), id, "the member running",
+		func(as []*api.AllocationListStub) bool {
+			return len(as) == 1 && allIn(api.AllocClientStatusRunning)(as)
+		})
+	dir := c.checkpointDir(id)
+	if err := waitFor(time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "beat.0"))
+		return err == nil
+	}); err != nil {
+		t.Fatalf("the rank never beat in %s: %v", dir, err)
+	}
+	ids := allocIDs(allocs)
+	before := processes(ids...)
+
+	stopped := time.Now()
+	if _, _, err := c.nomad.Jobs().Deregister(id, false, nil); err != nil {
+		t.Fatalf("nomad job stop: %v", err)
+	}
+	// The stop reaches the client a little after the API returns.
+	const schedulingSlack = 2 * time.Second
+	alive := waitGone(kill+schedulingSlack, pidsOf(before)...)
+	if len(alive) > 0 {
+		t.Errorf("processes %v still run %s after nomad job stop (kill_timeout %s)", alive, time.Since(stopped), kill)
+	}
+	readNs := func(name string) time.Time {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return time.Unix(0, ns)
+	}
+	term, beat := readNs("term.0"), readNs("beat.0")
+	if d := term.Sub(stopped); d < 0 || d > schedulingSlack {
+		t.Errorf("the rank got SIGTERM %s after nomad job stop, want at once", d)
+	}
+	if lived := beat.Sub(term); lived < atLeast {
+		t.Errorf("the rank was killed %s after its SIGTERM; a kill_timeout of %s gives it 5s (the fixed grace is 3s)",
+			lived.Round(10*time.Millisecond), kill)
+	} else {
+		t.Logf("the rank ran %s after its SIGTERM (kill_timeout %s)", lived.Round(10*time.Millisecond), kill)
+	}
+	c.waitAllocs(t, ctx(t, time.Minute), id, "the member stopped", allIn(api.AllocClientStatusComplete, api.AllocClientStatusFailed))
+	// Left cleanly: no session, no key, no container, no run directory.
+	leaks.check(ids...)
+	c.assertNoContainerLeaks(t, ids...)
 }

@@ -4,6 +4,7 @@ import (
 	"path"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
@@ -239,6 +240,11 @@ func TestImageJobDecodes(t *testing.T) {
 	if tc.ContainerTask != render.Task || tc.CheckpointRoot != contract.DefaultCheckpointRoot || tc.NProcPerNode != 2 ||
 		!reflect.DeepEqual(tc.Preload, tr.Preload) || tc.Workdir != tr.Workdir {
 		t.Errorf("sidecar config %+v", tc)
+	}
+	// The supervisor in the container plans its stop by the docker task's
+	// kill_timeout, which only the sidecar's config can tell the driver.
+	if kill, err := time.ParseDuration(tc.ContainerKillTimeout); err != nil || member.KillTimeout == nil || kill != *member.KillTimeout {
+		t.Errorf("sidecar's container_kill_timeout %q (%v), want the docker task's kill_timeout %v", tc.ContainerKillTimeout, err, member.KillTimeout)
 	}
 	dc := dockerTaskConfig(t, member, tr.Name, map[string]string{contract.MetaRun: testRun})
 	want := dockerAuth{Username: "robot", Password: "s3cret", ServerAddr: "registry.example.com"}

@@ -11,7 +11,8 @@ import (
 
 // checkpoint_grace is every task's kill_timeout: the time Nomad gives a
 // stopping member (the driver's supervisor sends the ranks SIGTERM and
-// kills them at the end of it, less what it keeps for leaving Consul).
+// kills them at the end of it, less what it keeps for leaving Consul). An
+// image job's sidecar passes it on as container_kill_timeout.
 func TestCheckpointGraceIsTheKillTimeout(t *testing.T) {
 	for _, image := range []string{"", "\n  image = \"repo/train:1\""} {
 		src := "train \"t\" {\n  command = \"/bin/true\"\n  checkpoint_grace = \"2m\"" + image + "\n}\n"
@@ -23,12 +24,17 @@ func TestCheckpointGraceIsTheKillTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, want := strings.Count(string(out), `kill_timeout = "2m"`), 1
+		n, want := strings.Count(string(out), `  kill_timeout = "2m"`), 1
 		if image != "" {
 			want = 2 // the sidecar and the member
 		}
 		if n != want || strings.Contains(string(out), `kill_timeout = "30s"`) {
 			t.Errorf("image %q: %d kill_timeout = \"2m\", want %d:\n%s", image, n, want, out)
+		}
+		// The supervisor in an image job's container learns it from the
+		// sidecar's config: docker, not the gpujob driver, stops it.
+		if got := strings.Contains(string(out), `container_kill_timeout = "2m"`); got != (image != "") {
+			t.Errorf("image %q: container_kill_timeout = \"2m\" written: %t:\n%s", image, got, out)
 		}
 	}
 	// A Train built in code: 0 is the default, out of bounds an error.

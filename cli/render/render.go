@@ -163,7 +163,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 
 	if t.Image == "" {
 		task := newTask(group, Task, Driver, kill)
-		gpujobConfig(task, t, 0, "", "", o)
+		gpujobConfig(task, t, 0, "", "", 0, o)
 		artifacts(task, t)
 		memberResources(task, t)
 		return f.Bytes(), nil
@@ -177,7 +177,7 @@ func (o Options) Jobspec(t *spec.Train) ([]byte, error) {
 	lc.SetAttributeValue("sidecar", cty.True)
 	sidecar.AppendNewline()
 	// It holds no GPUs to count: the ranks per member are explicit.
-	gpujobConfig(sidecar, t, max(t.GPUsPerWorker, 1), Task, root, o)
+	gpujobConfig(sidecar, t, max(t.GPUsPerWorker, 1), Task, root, kill, o)
 	sidecar.AppendNewline()
 	res := sidecar.AppendNewBlock("resources", nil).Body()
 	res.SetAttributeValue("cpu", cty.NumberIntVal(spec.SidecarCPU))
@@ -232,8 +232,9 @@ func newTask(group *hclwrite.Body, name, driver string, kill time.Duration) *hcl
 
 // gpujobConfig writes the gpujob driver's config. A sidecar's (container
 // set) also names its docker task, the checkpoint root its mounts were
-// rendered for, and nproc ranks per member.
-func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root string, o Options) {
+// rendered for, the docker task's kill_timeout kill, and nproc ranks per
+// member.
+func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root string, kill time.Duration, o Options) {
 	config := task.AppendNewBlock("config", nil).Body()
 	config.SetAttributeValue("command", cty.StringVal(t.Command))
 	if len(t.Args) > 0 {
@@ -266,6 +267,13 @@ func gpujobConfig(task *hclwrite.Body, t *spec.Train, nproc int, container, root
 	if o.Sweep != "" {
 		config.SetAttributeValue("sweep", cty.StringVal(o.Sweep))
 		config.SetAttributeValue("trial", cty.StringVal(o.Trial))
+	}
+	if container != "" {
+		// The supervisor in the container plans a stop by it: docker
+		// stops that member, and the gpujob driver never hears of it.
+		// A line of its own, so the attributes above keep their layout.
+		config.AppendNewline()
+		config.SetAttributeValue("container_kill_timeout", cty.StringVal(Duration(kill)))
 	}
 	config.AppendNewline()
 	rdzv := config.AppendNewBlock("rendezvous", nil).Body()

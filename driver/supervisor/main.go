@@ -25,7 +25,8 @@ func Main(specPath string) int {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	clock := &stopClock{}
+	ctx, stop := notifyStop(context.Background(), clock, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// Other signals (nomad alloc signal) go to the workers. Caught from the
 	// start: their default action would end the supervisor, and with it the
@@ -77,7 +78,7 @@ func Main(specPath string) int {
 		defer cleanup()
 	}
 	if spec.Solo {
-		return runSolo(ctx, spec, base, forward)
+		return runSolo(ctx, spec, base, forward, clock)
 	}
 	client, err := consulClient(spec.Consul)
 	if err != nil {
@@ -150,6 +151,7 @@ func Main(specPath string) int {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
 	}
+	sup.stopSignal = clock
 	if trial != nil {
 		sup.SetTrial(trial)
 	}
@@ -164,12 +166,13 @@ func Main(specPath string) int {
 
 // runSolo runs a member that joins no group (a service replica): no Consul,
 // nothing to leave.
-func runSolo(ctx context.Context, spec *Spec, base []string, forward <-chan os.Signal) int {
+func runSolo(ctx context.Context, spec *Spec, base []string, forward <-chan os.Signal, clock *stopClock) int {
 	sup, err := New(spec, newSolo(spec), base, os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpujob: %v\n", err)
 		return 1
 	}
+	sup.stopSignal = clock
 	go func() {
 		for sig := range forward {
 			sup.Signal(sig.(syscall.Signal))

@@ -81,6 +81,12 @@ type Spec struct {
 	// StopGrace is SIGTERM to SIGKILL for the ranks when a round ends, and
 	// when Nomad stops the task without the driver recording a deadline.
 	StopGrace Duration `json:"stop_grace"`
+	// KillTimeout is a container member's: its docker task's kill_timeout,
+	// docker's time from the stop signal to its SIGKILL of the container.
+	// No driver records that member a stop deadline (the docker driver, not
+	// gpujob's, stops it), so the supervisor reckons one from the moment
+	// the stop signal came (stop.go). Zero: the fixed StopGrace.
+	KillTimeout Duration `json:"kill_timeout,omitempty"`
 
 	// Solo runs the member on its own: a service replica, which joins no
 	// rendezvous and needs no Consul (solo.go). Min and Max are then 1.
@@ -181,6 +187,8 @@ func (s *Spec) Validate() error {
 	// The rendezvous refuses more; here the job's author hears which field.
 	case s.NProcPerNode > rendezvous.MaxLocalWorldSize:
 		return fmt.Errorf("nproc_per_node must be at most %d, got %d", rendezvous.MaxLocalWorldSize, s.NProcPerNode)
+	case s.KillTimeout < 0:
+		return fmt.Errorf("kill_timeout must not be negative, got %s", time.Duration(s.KillTimeout))
 	}
 	if err := s.Report.validate(); err != nil {
 		return err

@@ -47,6 +47,10 @@ type Supervisor struct {
 	events *eventLog
 	// leaveBy is the deadline for leaving the group once Run returned.
 	leaveBy time.Time
+	// stopSignal is when Main's stop signal came (nil in tests that
+	// cancel Run's context themselves): a container member's stop
+	// deadline counts from it.
+	stopSignal *stopClock
 	// trial is the sweep trial's records (SetTrial); nil for a task that
 	// is no trial. trialStop is the request Run ended on, if it did.
 	trial     Trial
@@ -95,7 +99,7 @@ func (s *Supervisor) joinTimeout() time.Duration {
 
 // planStop is how this stop spends the time Nomad gives it.
 func (s *Supervisor) planStop() stopPlan {
-	deadline, ok := readStopDeadline(s.spec.StopDeadlineFile)
+	deadline, ok := stopDeadline(s.spec.StopDeadlineFile, time.Duration(s.spec.KillTimeout), s.stopSignal)
 	p := planStop(time.Now(), deadline, ok, s.stopGrace())
 	s.leaveBy = p.leaveBy
 	return p

@@ -50,6 +50,8 @@ job "bert-image" {
         container_task  = "train"
         checkpoint_root = "/var/lib/gpujob/checkpoints"
 
+        container_kill_timeout = "30s"
+
         rendezvous {
           nnodes       = "2"
           port         = "rdzv"
