@@ -230,7 +230,10 @@ func (r *runner) round(ctx context.Context, saved *atomic.Uint64) (done bool, wa
 		var ql *queueLauncher
 		r.launcher = c.Launcher
 		if queued {
-			ql = &queueLauncher{c: c, inner: c.Launcher}
+			ql = &queueLauncher{c: c, inner: c.Launcher, trials: map[string]Trial{}}
+			for _, t := range st.Trials {
+				ql.trials[t.JobID] = t
+			}
 			r.launcher = ql
 		}
 		obs, err := c.observe(ctx, r.launcher, st, r.launchErrs, r.unreadable)

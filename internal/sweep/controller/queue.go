@@ -190,9 +190,18 @@ func isTrialJobID(sweep, id string) bool {
 type queueLauncher struct {
 	c     *Controller
 	inner Launcher
+	// trials are the state's, by job ID: a record is a trial's only if
+	// it was submitted when the trial was created (owns).
+	trials map[string]Trial
 	// entries is what the round's Observe read; Launch and StopJob read
 	// the record again.
 	entries map[string]*queueEntry
+}
+
+// owns says whether e is the record of trial t (not of another
+// submission of a sweep of the same name): submitted when t was created.
+func owns(e *queueEntry, t Trial) bool {
+	return e != nil && !t.Created.IsZero() && e.submittedAt.Equal(t.Created)
 }
 
 // Launch writes the trial's record, create-only. A record already there
@@ -301,8 +310,8 @@ func (q *queueLauncher) Observe(ctx context.Context, jobIDs []string) (map[strin
 	q.entries = entries
 	for _, id := range jobIDs {
 		e := entries[id]
-		if e == nil {
-			continue
+		if !owns(e, q.trials[id]) {
+			continue // none, or another's: Launch says so
 		}
 		o := out[id]
 		s := e.status
@@ -343,7 +352,7 @@ func (q *queueLauncher) StopJob(ctx context.Context, jobID string) error {
 	if !isTrialJobID(q.c.Plan.Sweep, jobID) {
 		return fmt.Errorf("%w: job %q is not a trial job of sweep %s", ErrRefused, jobID, q.c.Plan.Sweep)
 	}
-	if err := q.c.withdraw(ctx, jobID); err != nil {
+	if err := q.c.withdraw(ctx, jobID, q.trials[jobID]); err != nil {
 		return err
 	}
 	return q.inner.StopJob(ctx, jobID)
@@ -353,8 +362,9 @@ func (q *queueLauncher) WaitJobs(ctx context.Context, index uint64) (uint64, err
 	return q.inner.WaitJobs(ctx, index)
 }
 
-// withdraw deletes a trial's queue record, if any, with check-and-set.
-func (c *Controller) withdraw(ctx context.Context, jobID string) error {
+// withdraw deletes a trial's queue record, if any and if it is t's (any,
+// with t zero), with check-and-set.
+func (c *Controller) withdraw(ctx context.Context, jobID string, t Trial) error {
 	key := c.queuePrefix() + "/jobs/" + c.Plan.Namespace + "/" + jobID
 	for try := 0; try < 5; try++ {
 		p, _, err := c.Consul.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
@@ -363,6 +373,12 @@ func (c *Controller) withdraw(ctx context.Context, jobID string) error {
 		}
 		if p == nil {
 			return nil
+		}
+		if t.ID != "" {
+			var lr looseRecord
+			if json.Unmarshal(p.Value, &lr) != nil || !lr.SubmittedAt.Equal(t.Created) {
+				return nil // another submission's: not this trial's to withdraw
+			}
 		}
 		ok, _, err := c.Consul.KV().DeleteCAS(p, (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
@@ -382,10 +398,10 @@ func (c *Controller) withdraw(ctx context.Context, jobID string) error {
 // job's record itself once its job has ended; this covers the rest.
 func (r *runner) forgetEnded(ctx context.Context, st *State, entries map[string]*queueEntry) {
 	for _, t := range st.Trials {
-		if !t.State.Terminal() || entries[t.JobID] == nil {
+		if !t.State.Terminal() || !owns(entries[t.JobID], t) {
 			continue
 		}
-		if err := r.c.withdraw(ctx, t.JobID); err != nil && ctx.Err() == nil {
+		if err := r.c.withdraw(ctx, t.JobID, t); err != nil && ctx.Err() == nil {
 			r.c.logf("sweep %s: %s: %v (retried next round)", r.c.Plan.Sweep, t.ID, err)
 		}
 	}
@@ -403,7 +419,7 @@ func DeleteTrialRecords(ctx context.Context, c *api.Client, queuePrefix, ns, swe
 	}
 	n := 0
 	for id := range entries {
-		if err := ctl.withdraw(ctx, id); err != nil {
+		if err := ctl.withdraw(ctx, id, Trial{}); err != nil {
 			return n, err
 		}
 		n++
