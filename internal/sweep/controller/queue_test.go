@@ -198,7 +198,6 @@ func TestQueueModeQueuesTrials(t *testing.T) {
 	checkReleased(t)
 }
 
-
 // admit registers a trial's job as the admission controller does (the
 // fake supervisors then run it).
 func (f *fakeCluster) admit(t *testing.T, tr Trial) {
@@ -285,3 +284,62 @@ func TestDeleteTrialRecords(t *testing.T) {
 	}
 }
 func timePtr(t time.Time) *time.Time { return &t }
+
+// What a queued trial's job reads as, by its status: the queue's word
+// until it admits the job, Nomad's after; a status of an earlier record of
+// the same job, or one that does not decode, is no status.
+func TestQueueModeObservations(t *testing.T) {
+	cleanKV(t)
+	f := newFakeCluster()
+	p := basePlan()
+	c := newController(t, p, queueLauncherT{&launcher{f: f, who: "a"}}, "alloc-a")
+	c.QueuePrefix = queuePrefixOf(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	ql := &queueLauncher{c: c, inner: c.Launcher, trials: map[string]Trial{}}
+	var ids []string
+	for i := range 6 {
+		tr := Trial{ID: TrialID(i), Index: i, JobID: TrialJobID("sw", i), State: TrialPending, Created: now.Add(time.Duration(i) * time.Millisecond)}
+		ql.trials[tr.JobID] = tr
+		ids = append(ids, tr.JobID)
+		if i == 5 {
+			continue // never queued
+		}
+		if err := ql.Launch(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ql.Launch(ctx, ql.trials["sw-trial-001"]); err != nil {
+		t.Errorf("launching a trial again: %v", err)
+	}
+	recs := queueRecords(t)
+	writeStatus(t, recs["sw-trial-001"], admit.Status{State: admit.StateQueued, Position: 3, Reason: "queue research is at its quota"})
+	writeStatus(t, recs["sw-trial-002"], admit.Status{State: admit.StatePreempted, Admissions: 1, PreemptedBy: "default/bert", PreemptedWhy: "reclaiming quota"})
+	writeStatus(t, recs["sw-trial-003"], admit.Status{State: admit.StateAdmitted, Admissions: 1, AdmittedAt: timePtr(now)})
+	writeStatus(t, recs["sw-trial-004"], admit.Status{State: admit.StateAdmitted, Admissions: 1, AdmittedAt: timePtr(now)})
+	f.admit(t, ql.trials["sw-trial-004"])
+	f.setPhase("sw-trial-004", JobRunning)
+	// trial-005's status is of an earlier record of its job (another
+	// record index): not believed.
+	b, _ := admit.EncodeStatus(&admit.Status{Format: admit.Format, State: admit.StateRefused, RecordIndex: recs["sw-trial-005"].CreateIndex + 1000, Reason: "old"})
+	if _, err := needConsul(t).KV().Put(&api.KVPair{Key: queuePrefixOf(t) + "/state/status/default/sw-trial-005", Value: b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ql.Observe(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]JobObservation{
+		"sw-trial-001": {Phase: JobQueued, Reason: "waits in queue research (position 3): queue research is at its quota"},
+		"sw-trial-002": {Phase: JobQueued, Reason: "preempted by default/bert (reclaiming quota); it queues again at its place in research once its members have stopped"},
+		"sw-trial-003": {Phase: JobQueued, Reason: "admitted by queue research; Nomad has not registered it yet"},
+		"sw-trial-004": {Phase: JobRunning},
+		"sw-trial-005": {Phase: JobQueued, Reason: "queued in research; the admission controller has not placed it in the queue yet"},
+		"sw-trial-006": {Phase: JobMissing},
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s: %+v, want %+v", id, got[id], w)
+		}
+	}
+}
