@@ -15,6 +15,7 @@ import (
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/queue/admit"
 	"github.com/gpujob/gpujob/internal/queue/policy"
+	"github.com/gpujob/gpujob/internal/queue/queuefile"
 	"github.com/gpujob/gpujob/internal/queue/queuekv"
 )
 
@@ -152,6 +153,13 @@ func (c *Controller) readQueue(ctx context.Context) (map[string]*queueEntry, err
 		var lr looseRecord
 		if json.Unmarshal(p.Value, &lr) == nil {
 			e.queue, e.submittedAt, e.run = lr.Queue, lr.SubmittedAt, lr.Job.Meta[contract.MetaRun]
+		}
+		// The namespace's users may write records: what of one goes into
+		// the sweep's state (and onto terminals) must be a queue's name.
+		if e.queue == "" {
+			e.queue = policy.DefaultQueue
+		} else if queuefile.CheckName(e.queue) != nil {
+			e.queue = "its queue"
 		}
 		out[id] = e
 	}

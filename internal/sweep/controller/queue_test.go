@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -298,12 +299,21 @@ func TestQueueModeObservations(t *testing.T) {
 	now := time.Now().UTC()
 	ql := &queueLauncher{c: c, inner: c.Launcher, trials: map[string]Trial{}}
 	var ids []string
-	for i := range 6 {
+	for i := range 7 {
 		tr := Trial{ID: TrialID(i), Index: i, JobID: TrialJobID("sw", i), State: TrialPending, Created: now.Add(time.Duration(i) * time.Millisecond)}
 		ql.trials[tr.JobID] = tr
 		ids = append(ids, tr.JobID)
 		if i == 5 {
 			continue // never queued
+		}
+		if i == 6 {
+			// Written by a user of the namespace, with an escape sequence
+			// for a queue name: none of it reaches the state.
+			v := fmt.Sprintf(`{"queue":"\u001b[2Jx","submitted_at":%q}`, tr.Created.Format(time.RFC3339Nano))
+			if _, err := needConsul(t).KV().Put(&api.KVPair{Key: queuePrefixOf(t) + "/jobs/default/" + tr.JobID, Value: []byte(v)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		if err := ql.Launch(ctx, tr); err != nil {
 			t.Fatal(err)
@@ -336,6 +346,7 @@ func TestQueueModeObservations(t *testing.T) {
 		"sw-trial-004": {Phase: JobRunning},
 		"sw-trial-005": {Phase: JobQueued, Reason: "queued in research; the admission controller has not placed it in the queue yet"},
 		"sw-trial-006": {Phase: JobMissing},
+		"sw-trial-007": {Phase: JobQueued, Reason: "queued in its queue; the admission controller has not placed it in the queue yet"},
 	}
 	for id, w := range want {
 		if got[id] != w {
