@@ -191,8 +191,8 @@ type runner struct {
 	// could not be decoded, so that it is logged once, not every round.
 	unreadable map[string]uint64
 	progress   string // what the last progress line logged said
-	// launcher is the round's: c.Launcher, or in queue mode a
-	// queueLauncher around it.
+	// launcher is the round's: a queueLauncher around c.Launcher that
+	// queues in queue mode (queue.go).
 	launcher Launcher
 	// queueWarned: the queue configuration's trouble was logged.
 	queueWarned bool
@@ -227,15 +227,11 @@ func (r *runner) round(ctx context.Context, saved *atomic.Uint64) (done bool, wa
 		if err != nil {
 			return false, time.Time{}, err
 		}
-		var ql *queueLauncher
-		r.launcher = c.Launcher
-		if queued {
-			ql = &queueLauncher{c: c, inner: c.Launcher, trials: map[string]Trial{}}
-			for _, t := range st.Trials {
-				ql.trials[t.JobID] = t
-			}
-			r.launcher = ql
+		ql := &queueLauncher{c: c, inner: c.Launcher, queue: queued, trials: map[string]Trial{}}
+		for _, t := range st.Trials {
+			ql.trials[t.JobID] = t
 		}
+		r.launcher = ql
 		obs, err := c.observe(ctx, r.launcher, st, r.launchErrs, r.unreadable)
 		if err != nil {
 			return false, time.Time{}, err
@@ -273,7 +269,7 @@ func (r *runner) round(ctx context.Context, saved *atomic.Uint64) (done bool, wa
 				wake = retryAt
 			}
 		}
-		if ql != nil && ql.entries != nil {
+		if ql.entries != nil {
 			r.forgetEnded(ctx, st, ql.entries)
 		}
 		if res.Done {

@@ -26,7 +26,10 @@ import (
 // queueLauncher below only translates. A trial whose record waits reads as
 // a queued job (so it counts against parallel, as a launched trial), a
 // refused one as a failed job with the queue's reason, and stopping a
-// trial withdraws its record before stopping its job.
+// trial withdraws its record before stopping its job. Without a queue
+// configuration the controller registers its trials as it always did; it
+// reads the queue only for a trial whose job Nomad does not have (one
+// queued before the configuration was removed).
 
 // TrialJobs is what a Launcher offers for queue mode: the trial's Nomad
 // job, exactly as Launch would register it.
@@ -135,10 +138,17 @@ func (c *Controller) queueEntries(ctx context.Context) (map[string]*queueEntry, 
 func (c *Controller) readQueue(ctx context.Context) (map[string]*queueEntry, error) {
 	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
 	recs, _, err := c.Consul.KV().List(c.queueJobsPrefix(), q)
+	if forbidden(err) {
+		// A token issued before queues existed: it queued nothing.
+		return map[string]*queueEntry{}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the sweep's queued trials (%s): %w", c.queueJobsPrefix(), err)
 	}
 	stats, _, err := c.Consul.KV().List(c.queueStatusPrefix(), q)
+	if forbidden(err) {
+		stats, err = nil, nil // no status is believed: the records read as waiting
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the sweep's queued trials' statuses (%s): %w", c.queueStatusPrefix(), err)
 	}
@@ -198,6 +208,11 @@ func isTrialJobID(sweep, id string) bool {
 type queueLauncher struct {
 	c     *Controller
 	inner Launcher
+	// queue: a queue configuration exists, and Launch queues. Without
+	// one, Launch registers (inner) and the queue is read only for trials
+	// whose job Nomad does not have: a trial queued before the
+	// configuration was removed is still the queue's.
+	queue bool
 	// trials are the state's, by job ID: a record is a trial's only if
 	// it was submitted when the trial was created (owns).
 	trials map[string]Trial
@@ -216,6 +231,9 @@ func owns(e *queueEntry, t Trial) bool {
 // is this launch's earlier try when it carries the same submission (run
 // stamp) and creation time; anything else there is refused.
 func (q *queueLauncher) Launch(ctx context.Context, t Trial) error {
+	if !q.queue {
+		return q.inner.Launch(ctx, t)
+	}
 	c := q.c
 	if err := t.Check(c.Plan.Sweep, t.Index); err != nil {
 		return fmt.Errorf("%w: %v", ErrRefused, err)
@@ -311,6 +329,15 @@ func (q *queueLauncher) Observe(ctx context.Context, jobIDs []string) (map[strin
 	if err != nil {
 		return nil, err
 	}
+	if !q.queue {
+		missing := false
+		for _, id := range jobIDs {
+			missing = missing || out[id].Phase == JobMissing
+		}
+		if !missing {
+			return out, nil // as without queues: no read of the queue
+		}
+	}
 	entries, err := q.c.queueEntries(ctx)
 	if err != nil {
 		return nil, err
@@ -360,8 +387,10 @@ func (q *queueLauncher) StopJob(ctx context.Context, jobID string) error {
 	if !isTrialJobID(q.c.Plan.Sweep, jobID) {
 		return fmt.Errorf("%w: job %q is not a trial job of sweep %s", ErrRefused, jobID, q.c.Plan.Sweep)
 	}
-	if err := q.c.withdraw(ctx, jobID, q.trials[jobID]); err != nil {
-		return err
+	if q.queue || q.entries[jobID] != nil {
+		if err := q.c.withdraw(ctx, jobID, q.trials[jobID]); err != nil {
+			return err
+		}
 	}
 	return q.inner.StopJob(ctx, jobID)
 }

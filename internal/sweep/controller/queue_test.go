@@ -297,7 +297,7 @@ func TestQueueModeObservations(t *testing.T) {
 	c.QueuePrefix = queuePrefixOf(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
-	ql := &queueLauncher{c: c, inner: c.Launcher, trials: map[string]Trial{}}
+	ql := &queueLauncher{c: c, inner: c.Launcher, queue: true, trials: map[string]Trial{}}
 	var ids []string
 	for i := range 7 {
 		tr := Trial{ID: TrialID(i), Index: i, JobID: TrialJobID("sw", i), State: TrialPending, Created: now.Add(time.Duration(i) * time.Millisecond)}
@@ -352,5 +352,55 @@ func TestQueueModeObservations(t *testing.T) {
 		if got[id] != w {
 			t.Errorf("%s: %+v, want %+v", id, got[id], w)
 		}
+	}
+}
+
+// The queue configuration removed while trials wait in the queue: the
+// next trials are registered, the queued ones stay the queue's (a refusal
+// still fails them with its reason) rather than read as vanished jobs.
+func TestQueueModeEndsWithTheConfiguration(t *testing.T) {
+	cleanKV(t)
+	applyQueues(t)
+	f := newFakeCluster()
+	p := basePlan()
+	p.MaxTrials, p.Parallel, p.MaxFailedTrials = 3, 2, 1
+	startSupervisors(t, f, "sw", rising)
+	c := newController(t, p, queueLauncherT{&launcher{f: f, who: "a"}}, "alloc-a")
+	c.QueuePrefix = queuePrefixOf(t)
+	ch := runAsync(context.Background(), c)
+	waitFor(t, 10*time.Second, "two trials queued", func() bool {
+		return len(queueRecords(t)) == 2 && loadState(t).Counts()[TrialRunning] == 2
+	})
+	if _, err := needConsul(t).KV().Delete(queuekv.ConfigKey(queuePrefixOf(t)), nil); err != nil {
+		t.Fatal(err)
+	}
+	recs := queueRecords(t)
+	writeStatus(t, recs["sw-trial-001"], admit.Status{State: admit.StateRefused, Reason: "queue research does not exist"})
+	waitFor(t, 10*time.Second, "trial-001 failed, trial-003 registered", func() bool {
+		return trialOf(loadState(t), "trial-001").State == TrialFailed && len(f.callsOf("launch", "")) == 1
+	})
+	if tr := trialOf(loadState(t), "trial-001"); tr.Reason != "the queue refused it: queue research does not exist" {
+		t.Errorf("trial-001: %q", tr.Reason)
+	}
+	if calls := f.callsOf("launch", ""); calls[0].jobID != "sw-trial-003" {
+		t.Errorf("registered %v", calls)
+	}
+	if tr := trialOf(loadState(t), "trial-002"); tr.State != TrialRunning || !strings.Contains(tr.Waiting, "queued in research") {
+		t.Errorf("trial-002, still queued: %+v", tr)
+	}
+	// The queue admits trial-002 after all: it runs, and the sweep ends.
+	writeStatus(t, queueRecords(t)["sw-trial-002"], admit.Status{State: admit.StateAdmitted, Admissions: 1, AdmittedAt: timePtr(time.Now().UTC())})
+	f.admit(t, trialOf(loadState(t), "trial-002"))
+	if err := waitRun(t, ch, 20*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st := loadState(t)
+	if st.Status != StatusCompleted || trialOf(st, "trial-002").State != TrialCompleted || trialOf(st, "trial-003").State != TrialCompleted {
+		t.Errorf("sweep %s (%s): %+v", st.Status, st.Reason, st.Trials)
+	}
+	// The refused record is withdrawn; the admitted one, whose job ended,
+	// is the admission controller's to forget.
+	if r := queueRecords(t); r["sw-trial-001"] != nil || r["sw-trial-003"] != nil {
+		t.Errorf("records left: %v", r)
 	}
 }
