@@ -39,6 +39,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -141,9 +142,19 @@ func NomadRules(namespace string) string {
 // slash keeps a sweep whose name extends this one's out of reach) and the
 // session its lock is held with (on the node of whichever agent it talks
 // to, hence the prefix "").
+//
+// In queue mode it also queues its trials: write on the queue records of
+// its own trial jobs ("<sweep>-trial-..." in its namespace: never another
+// namespace's, whose records the admission controller registers there),
+// read on their statuses and on the queue configuration. Nothing else of
+// the queues' tree: the state is the admission controller's alone.
 func ConsulRules(keyPrefix, namespace, sweep string) string {
-	return fmt.Sprintf("key_prefix %s {\n  policy = \"write\"\n}\nsession_prefix \"\" {\n  policy = \"write\"\n}\n",
-		strconv.Quote(sweepkv.SweepKey(keyPrefix, namespace, sweep)+"/"))
+	trials := "/" + namespace + "/" + sweep + "-trial-"
+	return fmt.Sprintf("key_prefix %s {\n  policy = \"write\"\n}\nsession_prefix \"\" {\n  policy = \"write\"\n}\n"+
+		"key_prefix %s {\n  policy = \"write\"\n}\nkey_prefix %s {\n  policy = \"read\"\n}\nkey %s {\n  policy = \"read\"\n}\n",
+		strconv.Quote(sweepkv.SweepKey(keyPrefix, namespace, sweep)+"/"),
+		strconv.Quote(contract.QueueJobsPrefix+trials), strconv.Quote(contract.QueueStatusPrefix+trials),
+		strconv.Quote(contract.QueueConfigKey))
 }
 
 // TLS is the Consul TLS material the CLI uses (PEM contents), handed to

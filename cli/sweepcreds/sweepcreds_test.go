@@ -122,8 +122,39 @@ func TestRulesAreValidHCLAndConfinedToTheSweep(t *testing.T) {
 	if !strings.Contains(c, `key_prefix "gpujob/sweeps/team-a/bert~2Flr/"`) {
 		t.Errorf("Consul rules do not confine the keys to the sweep's own tree:\n%s", c)
 	}
-	if strings.Count(c, "policy") != 2 || strings.Contains(c, "acl") || strings.Contains(c, "service") || strings.Contains(c, "node ") {
+	if strings.Count(c, "policy") != 5 || strings.Contains(c, "acl") || strings.Contains(c, "service") || strings.Contains(c, "node ") {
 		t.Errorf("Consul rules grant more than keys and sessions:\n%s", c)
+	}
+	// Queue mode: write on its own trials' queue records, in its own
+	// namespace; read on their statuses and the configuration; nothing
+	// else of the queues' tree (the state is the admission controller's).
+	var rules struct {
+		Key       map[string]struct{ Policy string } `hcl:"key"`
+		KeyPrefix map[string]struct{ Policy string } `hcl:"key_prefix"`
+	}
+	if err := hcl1.Decode(&rules, c); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"gpujob/sweeps/team-a/bert~2Flr/":                  "write",
+		"gpujob/queues/jobs/team-a/bert/lr-trial-":         "write",
+		"gpujob/queues/state/status/team-a/bert/lr-trial-": "read",
+		"key gpujob/queues/config":                         "read",
+	}
+	got := map[string]string{}
+	for k, v := range rules.KeyPrefix {
+		got[k] = v.Policy
+	}
+	for k, v := range rules.Key {
+		got["key "+k] = v.Policy
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Consul key rules %v, want %v:\n%s", got, want, c)
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "gpujob/queues/") && !strings.Contains(k, "/team-a/bert/lr-trial-") {
+			t.Errorf("rule %q reaches beyond the sweep's own trials", k)
+		}
 	}
 }
 

@@ -32,14 +32,22 @@ var _ controller.Launcher = (*Launcher)(nil)
 // named "a" does not see "a-b"'s trials, whose IDs go on "-b-trial-").
 func (l *Launcher) jobPrefix() string { return l.Sweep + "-trial-" }
 
-// Launch registers the trial's job unless one of its ID exists.
-func (l *Launcher) Launch(ctx context.Context, t controller.Trial) error {
+var _ controller.TrialJobs = (*Launcher)(nil)
+
+// TrialJob is the trial's job, as Launch registers it (and, in queue mode,
+// as the controller queues it).
+func (l *Launcher) TrialJob(t controller.Trial) (*api.Job, error) {
 	// The trial comes from the state in Consul: its job must be this
 	// sweep's trial of its index, never a name the state made up.
 	if err := t.Check(l.Sweep, t.Index); err != nil {
-		return fmt.Errorf("%w: %v", controller.ErrRefused, err)
+		return nil, err
 	}
-	job, err := TrialJob(l.Template, t, l.Run)
+	return TrialJob(l.Template, t, l.Run)
+}
+
+// Launch registers the trial's job unless one of its ID exists.
+func (l *Launcher) Launch(ctx context.Context, t controller.Trial) error {
+	job, err := l.TrialJob(t)
 	if err != nil {
 		return fmt.Errorf("%w: %v", controller.ErrRefused, err)
 	}

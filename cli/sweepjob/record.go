@@ -6,8 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/user"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
@@ -54,6 +58,9 @@ type Record struct {
 	// ControllerUser is the user the controller job runs as (extend
 	// registers it again as the same).
 	ControllerUser string `json:"controller_user,omitempty"`
+	// SubmittedBy is who submitted the sweep (Submitter): in queue mode
+	// its trials' queue records name them.
+	SubmittedBy string `json:"submitted_by,omitempty"`
 }
 
 // NewRecord makes the record of sw, whose trial template the agent parsed
@@ -65,8 +72,36 @@ func NewRecord(sw *spec.Sweep, ns string, template *api.Job, specFile, source st
 		Algorithm: sw.Search.Algorithm, Seed: sw.Search.Seed, EarlyStop: sw.EarlyStop,
 		MaxTrials: sw.MaxTrials, Parallel: sw.Parallel, MaxFailedTrials: sw.MaxFailedTrials,
 		Workers: sw.Template.Workers, GPUsPerWorker: sw.Template.GPUsPerWorker,
-		Template: template, SpecFile: specFile, Source: source, Submitted: now,
+		Template: template, SpecFile: specFile, Source: source, Submitted: now, SubmittedBy: Submitter(),
 	}
+}
+
+// Submitter names who submits a sweep: $USER, else the system's user, at
+// the host. It is stored, then printed by others: nothing a terminal
+// would act on, and short.
+func Submitter() string {
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		name += "@" + h
+	}
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(name, "?"))
+	if len(name) > 200 {
+		name = strings.ToValidUTF8(name[:200], "")
+	}
+	return name
 }
 
 // Plan is the controller's plan of the sweep.
@@ -77,6 +112,7 @@ func (r *Record) Plan() (*controller.Plan, error) {
 	p := &controller.Plan{
 		Namespace: r.Namespace, Sweep: r.Sweep, Metric: r.Metric, Mode: r.Mode, Goal: r.Goal,
 		MaxTrials: r.MaxTrials, Parallel: r.Parallel, MaxFailedTrials: r.MaxFailedTrials, Space: r.Params,
+		SubmittedBy: r.SubmittedBy,
 	}
 	var err error
 	switch r.Algorithm {

@@ -146,6 +146,11 @@ func (s *Sweeps) awaitStopped(ctx context.Context, name string, progress func(St
 	if err := s.awaitAllocsGone(ctx, []string{ctlJob}); err != nil {
 		return err
 	}
+	// In queue mode its trials may wait in the queue: withdrawn first, so
+	// the queue admits none of them after their jobs were stopped.
+	if err := s.withdrawQueued(ctx, name); err != nil {
+		return err
+	}
 	st, err := s.Update(ctx, name, func(st *controller.State) error {
 		now := s.now()
 		for i := range st.Trials {
@@ -195,6 +200,9 @@ func (s *Sweeps) purge(ctx context.Context, name string, creds *sweepcreds.Issue
 	if err := s.awaitAllocsGone(ctx, []string{ctlJob}); err != nil {
 		return nil, err
 	}
+	if err := s.withdrawQueued(ctx, name); err != nil {
+		return nil, err
+	}
 	jobs := map[string]bool{}
 	if st, _, err := controller.LoadState(ctx, s.Consul, s.Prefix, s.Namespace, name); err != nil {
 		return nil, err
@@ -240,6 +248,16 @@ func (s *Sweeps) purge(ctx context.Context, name string, creds *sweepcreds.Issue
 		out.Revoked = true
 	}
 	return out, nil
+}
+
+// withdrawQueued removes the queue records of the sweep's trials (queue
+// mode: its controller queued them rather than registering them).
+func (s *Sweeps) withdrawQueued(ctx context.Context, name string) error {
+	if _, err := controller.DeleteTrialRecords(ctx, s.Consul, s.QueuePrefix, s.Namespace, name); err != nil {
+		return fmt.Errorf("sweep %s: withdrawing its queued trials (a token of gpujob acl policy consul-queue-submit --namespace %s may): %w",
+			name, s.Namespace, err)
+	}
+	return nil
 }
 
 // awaitAllocsGone waits until no allocation of the jobs runs.

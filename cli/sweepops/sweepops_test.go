@@ -3,12 +3,14 @@ package sweepops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpujob/gpujob/cli/nomadapi"
@@ -329,6 +331,32 @@ func TestPurgeRemovesTheSweepsJobsAndRecordsOnly(t *testing.T) {
 	}
 	if _, _, err := stop(t, s, false); !errors.Is(err, sweepops.ErrNoSweep) {
 		t.Errorf("stopping a sweep that is gone: %v", err)
+	}
+}
+
+// In queue mode the trials may wait in the queue as records: stop (without
+// a controller) and purge withdraw them, and no other job's.
+func TestStopAndPurgeWithdrawQueuedTrials(t *testing.T) {
+	for _, purge := range []bool{false, true} {
+		t.Run(fmt.Sprint("purge=", purge), func(t *testing.T) {
+			s, f := newSweeps(t)
+			s.QueuePrefix = "sweepops-test/" + t.Name() + "/queues"
+			seed(t, s, f, controller.StatusRunning, controller.TrialRunning, controller.TrialRunning)
+			kv := s.Consul.KV()
+			for _, id := range []string{"lr-trial-001", "lr-trial-002", "lr-frontend", "lrx-trial-001"} {
+				if _, err := kv.Put(&consul.KVPair{Key: s.QueuePrefix + "/jobs/default/" + id, Value: []byte("{}")}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, _, err := stop(t, s, purge); err != nil {
+				t.Fatal(err)
+			}
+			keys, _, err := kv.Keys(s.QueuePrefix+"/", "", nil)
+			want := []string{s.QueuePrefix + "/jobs/default/lr-frontend", s.QueuePrefix + "/jobs/default/lrx-trial-001"}
+			if err != nil || !reflect.DeepEqual(keys, want) {
+				t.Errorf("queue records left %v (%v), want %v", keys, err, want)
+			}
+		})
 	}
 }
 

@@ -41,6 +41,9 @@ type Sweeps struct {
 	ACL sweepcreds.Mode
 	// Now is the clock that stamps what Stop records (time.Now when nil).
 	Now func() time.Time
+	// QueuePrefix is the queues' tree (contract.QueuePrefix when ""),
+	// where a controller in queue mode queued the trials.
+	QueuePrefix string
 }
 
 func (s *Sweeps) now() time.Time {

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/gpujob/gpujob/internal/consul"
+	"github.com/gpujob/gpujob/internal/queue/queuekv"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
 
@@ -56,8 +57,12 @@ type Controller struct {
 	// lock at once instead of waiting for the session's TTL.
 	AllocID    string
 	SessionTTL time.Duration // default 10s
-	Logf       func(format string, args ...any)
-	Now        func() time.Time
+	// QueuePrefix is the queues' tree (contract.QueuePrefix when ""): when
+	// its configuration exists, trials are queued there (queue.go) rather
+	// than registered.
+	QueuePrefix string
+	Logf        func(format string, args ...any)
+	Now         func() time.Time
 }
 
 func (c *Controller) logf(format string, args ...any) {
@@ -149,10 +154,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	var saved atomic.Uint64 // the state's ModifyIndex after this controller's last write
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); c.watchTrials(ctx, notify) }()
 	go func() { defer wg.Done(); c.watchState(ctx, &saved, notify) }()
 	go func() { defer wg.Done(); c.watchJobs(ctx, notify) }()
+	go func() { defer wg.Done(); c.watchQueue(ctx, notify) }()
 
 	r := &runner{c: c, session: sess.ID(), launchErrs: map[string]error{}, unreadable: map[string]uint64{}}
 	for {
@@ -185,6 +191,11 @@ type runner struct {
 	// could not be decoded, so that it is logged once, not every round.
 	unreadable map[string]uint64
 	progress   string // what the last progress line logged said
+	// launcher is the round's: a queueLauncher around c.Launcher that
+	// queues in queue mode (queue.go).
+	launcher Launcher
+	// queueWarned: the queue configuration's trouble was logged.
+	queueWarned bool
 }
 
 // round loads the state, observes, reconciles, saves the state if it
@@ -212,7 +223,16 @@ func (r *runner) round(ctx context.Context, saved *atomic.Uint64) (done bool, wa
 			st.Starts++
 			st.Controller = c.AllocID
 		}
-		obs, err := c.observe(ctx, st, r.launchErrs, r.unreadable)
+		queued, err := r.queueMode(ctx)
+		if err != nil {
+			return false, time.Time{}, err
+		}
+		ql := &queueLauncher{c: c, inner: c.Launcher, queue: queued, trials: map[string]Trial{}}
+		for _, t := range st.Trials {
+			ql.trials[t.JobID] = t
+		}
+		r.launcher = ql
+		obs, err := c.observe(ctx, r.launcher, st, r.launchErrs, r.unreadable)
 		if err != nil {
 			return false, time.Time{}, err
 		}
@@ -248,6 +268,9 @@ func (r *runner) round(ctx context.Context, saved *atomic.Uint64) (done bool, wa
 			if !retryAt.IsZero() && (wake.IsZero() || retryAt.Before(wake)) {
 				wake = retryAt
 			}
+		}
+		if ql.entries != nil {
+			r.forgetEnded(ctx, st, ql.entries)
 		}
 		if res.Done {
 			c.logf("sweep %s %s: %s", c.Plan.Sweep, st.Status, st.Reason)
@@ -453,7 +476,7 @@ func (c *Controller) save(ctx context.Context, session string, st *State, index 
 // trial's metrics (one list). In that order: a job seen complete has
 // written its last metrics before it ended, so the list read after it
 // holds them.
-func (c *Controller) observe(ctx context.Context, st *State, launchErrs map[string]error, unreadable map[string]uint64) (Observations, error) {
+func (c *Controller) observe(ctx context.Context, l Launcher, st *State, launchErrs map[string]error, unreadable map[string]uint64) (Observations, error) {
 	obs := Observations{Now: c.now(), Trials: map[string]TrialObservation{}}
 	var jobs []string
 	for _, t := range st.Trials {
@@ -465,7 +488,7 @@ func (c *Controller) observe(ctx context.Context, st *State, launchErrs map[stri
 	if len(jobs) > 0 {
 		err := retry(ctx, c.logf, func() error {
 			var err error
-			phases, err = c.Launcher.Observe(ctx, jobs)
+			phases, err = l.Observe(ctx, jobs)
 			return err
 		})
 		if err != nil {
@@ -513,7 +536,7 @@ func (r *runner) act(ctx context.Context, a Action) (retryAt time.Time, err erro
 	c := r.c
 	switch a.Kind {
 	case Launch:
-		err := c.Launcher.Launch(ctx, a.Trial)
+		err := r.launcher.Launch(ctx, a.Trial)
 		if errors.Is(err, ErrRefused) {
 			r.launchErrs[a.Trial.ID] = err
 			c.logf("sweep %s: %s: launching job %s: %v", c.Plan.Sweep, a.Trial.ID, a.Trial.JobID, err)
@@ -536,7 +559,7 @@ func (r *runner) act(ctx context.Context, a Action) (retryAt time.Time, err erro
 		c.logf("sweep %s: %s: asked to stop: %s", c.Plan.Sweep, a.Trial.ID, a.Reason)
 		return time.Time{}, nil
 	case StopJob:
-		if err := c.Launcher.StopJob(ctx, a.Trial.JobID); err != nil {
+		if err := r.launcher.StopJob(ctx, a.Trial.JobID); err != nil {
 			return c.now().Add(500 * time.Millisecond), err
 		}
 		c.logf("sweep %s: %s: stopped job %s", c.Plan.Sweep, a.Trial.ID, a.Trial.JobID)
@@ -575,6 +598,31 @@ func (c *Controller) watchState(ctx context.Context, saved *atomic.Uint64, notif
 // within a second or so (the reconcile loop's own reads say more).
 func (c *Controller) watchOptions(what string) consul.WatchOptions {
 	return consul.WatchOptions{BackoffBase: 250 * time.Millisecond, BackoffCap: time.Second, Logf: c.Logf, What: "sweep " + c.Plan.Sweep + ": " + what}
+}
+
+// watchQueue signals every change of the queue configuration (queue mode
+// on or off) and of the statuses of the sweep's queued trials.
+func (c *Controller) watchQueue(ctx context.Context, notify func()) {
+	opts := c.watchOptions("watching the queues")
+	// A controller whose token may not read the queues (issued before
+	// them) hears nothing here: its retries are slow and quiet.
+	opts.BackoffCap, opts.Logf = 30*time.Second, nil
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = consul.Watch(ctx, consul.KeyQuery(c.Consul, queuekv.ConfigKey(c.queuePrefix())), opts, func(*api.KVPair, uint64) error {
+			notify()
+			return nil
+		})
+	}()
+	prefix := c.queueStatusPrefix()
+	keys := func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) { return c.Consul.KV().Keys(prefix, "", q) }
+	_ = consul.Watch(ctx, keys, opts, func([]string, uint64) error {
+		notify()
+		return nil
+	})
+	wg.Wait()
 }
 
 // watchJobs signals every change of the trial jobs.

@@ -43,6 +43,9 @@ type Plan struct {
 	// the sweep with it as the reason and stops the trials that run; no
 	// trial is proposed or launched.
 	Refused string
+	// SubmittedBy is who submitted the sweep: its trials' queue records
+	// name them (queue mode).
+	SubmittedBy string
 }
 
 // MaxTrialsLimit bounds a sweep's trials, whatever its state says: the
