@@ -221,6 +221,13 @@ func runStatus(ctx context.Context, f *factory.Factory, o *StatusOptions) error 
 	if err != nil {
 		return err
 	}
+	// The queued jobs of every namespace the Consul token may read (a
+	// user's consul-queue-submit token: its own namespace's).
+	entries, err := queues.Records{Consul: store.Client, Prefix: store.Prefix}.List(ctx, "")
+	if err != nil {
+		st.Warnings = append(st.Warnings, err.Error())
+	}
+	st.AddQueued(entries, o.Name, f.Now())
 	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, st)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
@@ -49,7 +50,18 @@ func runStop(ctx context.Context, f *factory.Factory, o *StopOptions) error {
 	if err != nil {
 		return err
 	}
+	// Its queue record first (queue mode): the admission controller then
+	// neither starts a queued service nor requeues a stopped one.
+	withdrawn, err := queues.Stop(ctx, f, o.Name, f.IO.Out)
+	if err != nil {
+		return err
+	}
 	st, err := servicedeploy.Stop(ctx, nomad, store, f.Namespace(), o.Name, o.Purge)
+	if withdrawn && st.Orphan {
+		if err := queues.StopAdmittedMeanwhile(nomad, o.Name, f.IO.Out); err != nil {
+			return err
+		}
+	}
 	if st.Orphan {
 		// Said even when purging its tokens failed: the route is gone.
 		fmt.Fprintf(f.IO.Out, "%s has no job in Nomad; removed its route\n", o.Name)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/queues"
 )
 
 // Options is what the command's arguments and flags ask for.
@@ -61,10 +62,24 @@ func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) erro
 	if err != nil {
 		return err
 	}
-	if _, err := gpujobs.LoadJob(nomad, jobID); err != nil {
+	out := f.IO.Out
+	_, loadErr := gpujobs.LoadJob(nomad, jobID)
+	if loadErr != nil && !notFound(nomad, jobID) {
+		return loadErr
+	}
+	// The job's queue record goes first: once it is gone the admission
+	// controller neither admits the job nor requeues it after the stop.
+	withdrawn, err := queues.Stop(ctx, f, jobID, out)
+	if err != nil {
 		return err
 	}
-	out := f.IO.Out
+	if loadErr != nil {
+		if withdrawn {
+			// The controller may have been registering it at that moment.
+			return queues.StopAdmittedMeanwhile(nomad, jobID, out)
+		}
+		return loadErr
+	}
 	evalID, err := nomad.Deregister(jobID, o.Purge)
 	if gpujobs.IsNotFound(err) {
 		return fmt.Errorf("job %q not found", jobID)
@@ -136,6 +151,12 @@ func Wait(ctx context.Context, nomad nomadapi.API, out io.Writer, jobID string) 
 		}
 		first = false
 	}
+}
+
+// notFound: Nomad has no job of that ID.
+func notFound(nomad nomadapi.API, jobID string) bool {
+	_, err := nomad.Job(jobID)
+	return gpujobs.IsNotFound(err)
 }
 
 // live: the allocation's task may still run. An allocation on a

@@ -145,7 +145,8 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 	}
 	gang := policy.Job{ID: t.Name, Queue: t.Queue, Kind: policy.KindTrain, Priority: t.Priority, Members: t.Workers,
 		PerMember: policy.Resources{GPUs: t.GPUsPerWorker, CPUMHz: t.WorkerCPU(), MemoryMB: t.WorkerMemoryMiB()}}
-	if err := queues.CheckSubmit(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut); err != nil {
+	queued, err := queues.CheckSubmitMode(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut)
+	if err != nil {
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w; nothing was submitted", path, err)}
 	}
 	job, err := nomad.ParseHCL(string(hcl), "")
@@ -171,6 +172,9 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 	if why != "" && o.NoQueue {
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
+	}
+	if queued {
+		return submitQueued(ctx, f, o, t, job, why)
 	}
 	reg, err := nomad.Register(job)
 	if err != nil {
