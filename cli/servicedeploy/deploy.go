@@ -239,13 +239,9 @@ func updateAdmitted(ctx context.Context, req Request, job, existing *api.Job) er
 	if err != nil {
 		return err
 	}
-	members, per, err := queues.Gang(job)
-	if err != nil {
-		return err
-	}
 	if e != nil && e.Invalid == "" {
-		had := e.Record.Members * e.Record.PerMember.GPUs
-		if want := members * per.GPUs; want > had {
+		had, g := e.Record.Members*e.Record.PerMember.GPUs, Gang(s)
+		if want := g.Members * g.PerMember.GPUs; want > had {
 			return fmt.Errorf("service %s was admitted by queue %s with %d GPUs; this update asks for %d: an update may not add GPUs "+
 				"(the queue did not admit them): gpujob service stop %s, then deploy again to queue it at its new size",
 				s.Name, e.Info().Queue, had, want, s.Name)
