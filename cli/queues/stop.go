@@ -14,8 +14,9 @@ import (
 // Stop withdraws job id's queue record in the factory's namespace, if it
 // has one, saying so on out: a queued job then never starts, and an
 // admitted one is not requeued once stopped. It reports whether a record
-// was withdrawn. Without a Consul (or one that cannot be read) there is
-// no record to withdraw: the caller's Nomad stop goes on.
+// was withdrawn. Without a Consul there is no record to withdraw; one that
+// cannot be read is an error, which a caller that found the job in Nomad
+// may only warn about.
 func Stop(ctx context.Context, f *factory.Factory, id string, out io.Writer) (bool, error) {
 	r, ok := RecordsOf(f)
 	if !ok {
@@ -23,7 +24,7 @@ func Stop(ctx context.Context, f *factory.Factory, id string, out io.Writer) (bo
 	}
 	e, err := r.Get(ctx, Namespace(f.Namespace), id)
 	if err != nil || e == nil {
-		return false, nil // no readable queue record: nothing to withdraw
+		return false, err
 	}
 	return r.Cancel(ctx, e, out)
 }

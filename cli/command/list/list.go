@@ -59,7 +59,14 @@ func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) 
 		Short:   "List the training jobs",
 		Long: `List shows the training jobs gpujob submitted (Nomad jobs whose meta has
 gpujob = "train"), newest first: name, state, workers, GPUs per worker, when it
-was submitted, and its allocations by state. Other Nomad jobs are left out.`,
+was submitted, and its allocations by state. Other Nomad jobs are left out.
+
+Jobs still in their queue (queue mode: a queue configuration exists, and
+the admission controller has not started them) have no Nomad job yet: they
+are listed as queued (or refused), each followed by its place, its reason
+in words and its estimated start; -json gives every job that went through a
+queue its queue fields ("queue": state, position, reason, estimated_start,
+preempted_by, …).`,
 		Example: `  gpujob list
   gpujob list --json | jq -r '.[] | select(.state == "running") | .name'`,
 		Args: cobra.NoArgs,

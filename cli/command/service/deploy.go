@@ -58,7 +58,19 @@ can.
 The service goes into its spec's queue (queue = "NAME"), --queue's, or the
 default queue: when a queue configuration exists (gpujob queue), deploy
 refuses a queue that does not exist and a service whose initial replicas its
-queue could never hold, before anything is registered.`,
+queue could never hold, before anything is registered.
+
+Queue mode (a queue configuration exists): a new service is not registered
+but written into its queue with its replicas as one gang, and its route is
+written; the admission controller registers it when all replicas fit. Deploy
+follows its place in the queue until then (--detach returns at once; -json
+carries the queue fields). An autoscaled service is refused in queue mode
+(the queue admits a fixed number of replicas). An update of a service the
+queue admitted is registered directly, keeping its admission, and replaces
+its queued record (so a requeue after a preemption starts the new version);
+it may not ask for more GPUs than were admitted — stop the service and deploy
+it again to queue it at its new size. A service deployed before queue mode is
+updated as before.`,
 		Example: `  gpujob service deploy jobspecs/examples/serve-bert.hcl
   gpujob service deploy -var version=v2 jobspecs/examples/serve-bert.hcl
   gpujob service deploy --detach -json serve.hcl

@@ -146,6 +146,10 @@ func TestUpdateOfAnAdmittedService(t *testing.T) {
 	if err != nil || kv2.CreateIndex != kv.CreateIndex || job2.Meta[contract.MetaVersion] != "v2" {
 		t.Errorf("the record was not replaced in place: %v, create index %d → %d, version %q", err, kv.CreateIndex, kv2.CreateIndex, job2.Meta[contract.MetaVersion])
 	}
+	// Its count is the admitted gang's: scale is refused.
+	if _, err := execute(t, c, f, "scale", "upd", "3"); err == nil || !strings.Contains(err.Error(), "was started by its queue with 2 replica(s)") {
+		t.Errorf("scale of an admitted service: %v", err)
+	}
 	// More GPUs than admitted: refused, nothing registered.
 	big := rewrite(t, spec, "gpus_per_replica = 0", "gpus_per_replica = 1")
 	if _, err := execute(t, c, f, "deploy", "--detach", big); err == nil || !strings.Contains(err.Error(), "an update may not add GPUs") {

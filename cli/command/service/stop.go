@@ -32,7 +32,9 @@ func NewStopCmd(f *factory.Factory, runF func(context.Context, *StopOptions) err
 		Long: `Stop removes the service's gateway route (the gateways answer 404 for it
 from then on) and stops its Nomad job; each replica leaves Consul before it
 is signalled. Its tokens are kept for a later deploy; --purge also removes
-them and the job's history.`,
+them and the job's history. A service that went through a queue (queue
+mode) has its queue record deleted first: one still waiting is withdrawn,
+and the admission controller does not queue a stopped one again.`,
 		Example: `  gpujob service stop bert-clf
   gpujob service stop --purge bert-clf`,
 		Args: cobra.ExactArgs(1),
@@ -54,7 +56,7 @@ func runStop(ctx context.Context, f *factory.Factory, o *StopOptions) error {
 	// neither starts a queued service nor requeues a stopped one.
 	withdrawn, err := queues.Stop(ctx, f, o.Name, f.IO.Out)
 	if err != nil {
-		return err
+		fmt.Fprintf(f.IO.ErrOut, "warning: its queue record could not be read (%v); if it went through a queue, stop it again once Consul answers\n", err)
 	}
 	st, err := servicedeploy.Stop(ctx, nomad, store, f.Namespace(), o.Name, o.Purge)
 	if withdrawn && st.Orphan {

@@ -175,6 +175,13 @@ Members Nomad has not placed yet are counted, with why: a dry-run plan of the
 job against the cluster's GPUs, in submit's words ("needs 4 × 1 nvidia/gpu;
 3 of 4 could be placed now, 1 cannot; node a has 0 of 4 free, 1 held by job x").
 
+A job that went through a queue (queue mode, gpujob queue) shows its queue
+line: queued with its position, its reason in words and an estimated start
+(a job still in its queue has no Nomad job yet, only this), admitted, being
+preempted (by whom, why) or refused. It reads the record and the admission
+controller's status in Consul (a token of gpujob acl policy
+consul-queue-submit, --read-only suffices).
+
 --json prints the same as one JSON document for scripts (full GPU UUIDs).`,
 		Example: `  gpujob status bert-finetune
   gpujob status bert-finetune --json | jq '.members[] | {name, ranks, state}'`,

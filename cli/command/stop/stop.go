@@ -42,7 +42,12 @@ driver stops each member's processes: SIGTERM, then SIGKILL after the grace
 period), then waits until none of the job's allocations is running, printing
 each member as it stops. --purge also removes the job from Nomad's state, so
 its name is free and it no longer shows in gpujob list; --detach returns once
-the job is deregistered. Checkpoints are kept.`,
+the job is deregistered. Checkpoints are kept.
+
+A job that went through a queue (queue mode, gpujob queue) has a record in
+Consul: stop deletes it first, so the admission controller neither starts a
+job still waiting in its queue (stop withdraws it, and there is nothing in
+Nomad to stop) nor queues a stopped one again.`,
 		Example: `  gpujob stop bert-finetune
   gpujob stop --purge bert-finetune
   gpujob stop --detach bert-finetune`,
@@ -70,8 +75,11 @@ func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) erro
 	// The job's queue record goes first: once it is gone the admission
 	// controller neither admits the job nor requeues it after the stop.
 	withdrawn, err := queues.Stop(ctx, f, jobID, out)
-	if err != nil {
-		return err
+	switch {
+	case err != nil && loadErr != nil:
+		return fmt.Errorf("%w, and its queue record could not be read: %v", loadErr, err)
+	case err != nil:
+		fmt.Fprintf(f.IO.ErrOut, "warning: its queue record could not be read (%v); if it went through a queue, stop it again once Consul answers\n", err)
 	}
 	if loadErr != nil {
 		if withdrawn {

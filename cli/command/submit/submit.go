@@ -66,14 +66,25 @@ or the default queue: when a queue configuration exists (gpujob queue), submit
 refuses a queue that does not exist and a job its queue could never hold,
 before anything is registered.
 
-If the cluster cannot place every worker now, submit says why
-in plain words and queues the job (Nomad places it when GPUs free up), or,
-with --no-queue, registers nothing and exits 2.
+Queue mode: when a queue configuration exists, submit registers nothing in
+Nomad. It writes the rendered job into its queue (a record in Consul under
+gpujob/queues/jobs/NAMESPACE/JOB) and the admission controller registers it
+once every member can be placed at once. Submit prints the job's place as
+the controller reports it ("queued in team-a (position 2): 1 job ahead; …,
+estimated start …") and follows it until admitted, then follows the job as
+below. --detach returns once the job is queued; Ctrl-C leaves it queued.
+gpujob stop JOB withdraws it. A job of that name already queued, or live in
+Nomad, is refused.
+
+Without a queue configuration, if the cluster cannot place every worker now,
+submit says why in plain words and registers the job anyway (Nomad places it
+when GPUs free up), or, with --no-queue, registers nothing and exits 2.
 
 Then it follows the job: placement, each rendezvous round, restarts, and the
 end, with the training result. The exit code is the job's outcome: 0 when
-every worker succeeded, 1 when it failed. --detach returns once the job is
-registered; Ctrl-C stops watching and leaves the job running.`,
+every worker succeeded, 1 when it failed (or the queue refused it). --detach
+returns once the job is registered; Ctrl-C stops watching and leaves the job
+running.`,
 		Example: `  gpujob submit jobspecs/examples/bert-finetune.hcl
   gpujob submit -var workers=4 -var workload=$PWD/jobspecs/workloads/bert_finetune.py jobspecs/examples/bert-finetune.hcl
   gpujob submit --queue team-a train.hcl
