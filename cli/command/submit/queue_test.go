@@ -140,6 +140,16 @@ func TestSubmitIntoAQueue(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "job bert is already in queue team-b (waiting") || len(f.Registered) != 0 {
 		t.Fatalf("second submission: %v", err)
 	}
+	// -json: the outcome with the queue fields on stdout, progress on stderr.
+	out, errOut, err = runCmd(t, f, "--detach", "--json", writeSpec(t, strings.Replace(goodSpec, `train "bert"`, `train "bert2"`, 1)))
+	var res Result
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Job != "bert2" || !res.Queued || res.Outcome != "queued" || res.Queue == nil || res.Queue.Queue != "default" ||
+		res.Queue.State != "waiting" || res.Queue.GPUs != 2 || !strings.Contains(errOut, "queued bert2 in default") {
+		t.Errorf("result %+v %+v, stderr:\n%s", res, res.Queue, errOut)
+	}
 }
 
 // Without --detach submit follows the job's place in the queue until the

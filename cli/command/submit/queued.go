@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -19,8 +20,7 @@ import (
 // --detach, it follows the job's place in the queue until admitted, and
 // the job as a direct submit does; a preempted job is followed back into
 // the queue and on.
-func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.Train, job *api.Job, why string) error {
-	out := f.IO.Out
+func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.Train, job *api.Job, why string, out io.Writer, res *Result) error {
 	c, err := f.Consul()
 	if err != nil {
 		return err
@@ -36,6 +36,7 @@ func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.T
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w; nothing was submitted", o.Path, err)}
 	}
 	q := e.Info().Queue
+	res.Namespace, res.Queue, res.Outcome = ns, e.Info(), "queued"
 	fmt.Fprintf(out, "queued %s in %s: %d worker(s) × %d GPU(s); the admission controller starts it when all fit at once\n",
 		t.Name, q, t.Workers, t.GPUsPerWorker)
 	if why != "" {
@@ -50,15 +51,20 @@ func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.T
 		return err
 	}
 	for {
-		admitted, err := recs.AwaitAdmission(ctx, e, queues.AwaitOptions{Out: out, TTY: f.IO.IsTTY, Now: f.Now})
+		admitted, err := recs.AwaitAdmission(ctx, e, queues.AwaitOptions{Out: out, TTY: f.IO.IsTTY && !o.JSON, Now: f.Now})
+		if admitted != nil {
+			res.Queue = admitted.Info()
+		}
 		var refused *queues.RefusedError
 		switch {
 		case ctx.Err() != nil:
 			fmt.Fprintf(out, "stopped watching; %s stays in queue %s: gpujob status %s (gpujob stop %s withdraws it)\n", t.Name, q, t.Name, t.Name)
 			return nil
 		case errors.As(err, &refused):
+			res.Outcome = "refused"
 			return &ExitError{Code: 1, Err: fmt.Errorf("%w; it stays queued as refused until the queues change: gpujob stop %s withdraws it", err, t.Name)}
 		case errors.Is(err, queues.ErrWithdrawn):
+			res.Outcome = "withdrawn"
 			return &ExitError{Code: 1, Err: fmt.Errorf("job %s was withdrawn from queue %s (gpujob stop) before it finished", t.Name, q)}
 		case err != nil:
 			return err
@@ -76,6 +82,7 @@ func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.T
 				now, err := recs.Get(ctx, admitted.Record.Namespace, admitted.Record.ID)
 				return err == nil && now != nil && now.RecordIndex == admitted.RecordIndex && now.State() != admit.StateAdmitted
 			}}
+		res.Outcome = "registered"
 		outcome, err := w.run(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -89,11 +96,14 @@ func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.T
 				return &ExitError{Code: 1, Err: fmt.Errorf("job %s was preempted and its queue record is gone: %v", t.Name, err)}
 			}
 			fmt.Fprintln(out, e.Line(f.Now()))
+			res.Queue, res.Outcome = e.Info(), "queued"
 			continue
 		}
 		if !outcome.ok {
+			res.Outcome = "failed"
 			return &ExitError{Code: 1, Err: fmt.Errorf("job %s failed: %s", t.Name, outcome.reason)}
 		}
+		res.Outcome = "complete"
 		return nil
 	}
 }

@@ -48,6 +48,24 @@ type Options struct {
 	NoQueue bool
 	Detach  bool
 	Logs    bool
+	// JSON prints the outcome as one JSON object (Result) on stdout, the
+	// progress on stderr.
+	JSON bool
+}
+
+// Result is `gpujob submit -json`'s outcome.
+type Result struct {
+	Job       string `json:"job"`
+	Namespace string `json:"namespace"`
+	// Queued: the job went into its queue (queue mode) instead of being
+	// registered by submit.
+	Queued bool   `json:"queued"`
+	EvalID string `json:"eval_id,omitempty"`
+	// Outcome: registered or queued (--detach, or Ctrl-C while watching),
+	// complete, failed, refused (by the queue) or withdrawn (from it).
+	Outcome string `json:"outcome"`
+	// Queue is the job's queue fields as last seen (queue mode).
+	Queue *queues.Info `json:"queue,omitempty"`
 }
 
 // NewCmd returns the submit command.
@@ -84,12 +102,15 @@ Then it follows the job: placement, each rendezvous round, restarts, and the
 end, with the training result. The exit code is the job's outcome: 0 when
 every worker succeeded, 1 when it failed (or the queue refused it). --detach
 returns once the job is registered; Ctrl-C stops watching and leaves the job
-running.`,
+running. -json prints the outcome as one JSON object (job, namespace,
+queued, outcome, and in queue mode the queue fields: state, position,
+reason, estimated_start, …), with the progress on stderr.`,
 		Example: `  gpujob submit jobspecs/examples/bert-finetune.hcl
   gpujob submit -var workers=4 -var workload=$PWD/jobspecs/workloads/bert_finetune.py jobspecs/examples/bert-finetune.hcl
   gpujob submit --queue team-a train.hcl
   gpujob submit --no-queue --detach train.hcl
-  gpujob submit --logs train.hcl      # progress and every worker's output`,
+  gpujob submit --logs train.hcl      # progress and every worker's output
+  gpujob submit --detach -json train.hcl | jq .queue`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -99,7 +120,16 @@ running.`,
 					return fmt.Errorf("--queue: %w", err)
 				}
 			}
-			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o, o.Path) })
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error {
+				res := &Result{Namespace: queues.Namespace(f.Namespace)}
+				err := run(ctx, f, o, o.Path, res)
+				if o.JSON && res.Outcome != "" {
+					if jerr := gpujobs.PrintJSON(f.IO.Out, res); jerr != nil && err == nil {
+						err = jerr
+					}
+				}
+				return err
+			})
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
@@ -108,11 +138,15 @@ running.`,
 	cmd.Flags().BoolVar(&o.NoQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
 	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
 	cmd.Flags().BoolVar(&o.Logs, "logs", false, "also stream every worker's stdout while watching")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the outcome as JSON (with the queue fields in queue mode); progress goes to stderr")
 	return cmd
 }
 
-func run(ctx context.Context, f *factory.Factory, o *Options, path string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, path string, res *Result) error {
 	out := f.IO.Out
+	if o.JSON {
+		out = f.IO.ErrOut
+	}
 	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return &ExitError{Code: 1, Err: err}
@@ -184,13 +218,16 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
 	}
+	res.Job = t.Name
 	if queued {
-		return submitQueued(ctx, f, o, t, job, why)
+		res.Queued = true
+		return submitQueued(ctx, f, o, t, job, why, out, res)
 	}
 	reg, err := nomad.Register(job)
 	if err != nil {
 		return err
 	}
+	res.EvalID, res.Outcome = reg.EvalID, "registered"
 	fmt.Fprintf(out, "submitted %s: %d worker(s) × %d GPU(s), evaluation %s\n", t.Name, t.Workers, t.GPUsPerWorker, short(reg.EvalID))
 	if why != "" {
 		fmt.Fprintf(out, "queued: %s\n", why)
@@ -210,8 +247,10 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 		return err
 	}
 	if !outcome.ok {
+		res.Outcome = "failed"
 		return &ExitError{Code: 1, Err: fmt.Errorf("job %s failed: %s", t.Name, outcome.reason)}
 	}
+	res.Outcome = "complete"
 	return nil
 }
 
