@@ -20,16 +20,37 @@ import (
 // --detach, it follows the job's place in the queue until admitted, and
 // the job as a direct submit does; a preempted job is followed back into
 // the queue and on.
+// stillQueued refuses a job whose queue record is not an ended admitted
+// job's (queued, refused, preempted).
+func stillQueued(ctx context.Context, f *factory.Factory, job *api.Job, name string) error {
+	recs, ok := queues.RecordsOf(f)
+	if !ok {
+		return nil
+	}
+	e, err := recs.Get(ctx, jobNamespace(f, job), name)
+	if err != nil {
+		return err
+	}
+	if e != nil && e.State() != admit.StateAdmitted {
+		return &queues.AlreadyQueuedError{Entry: e}
+	}
+	return nil
+}
+
+func jobNamespace(f *factory.Factory, job *api.Job) string {
+	if job.Namespace != nil && *job.Namespace != "" {
+		return *job.Namespace
+	}
+	return queues.Namespace(f.Namespace)
+}
+
 func submitQueued(ctx context.Context, f *factory.Factory, o *Options, t *spec.Train, job *api.Job, why string, out io.Writer, res *Result) error {
 	c, err := f.Consul()
 	if err != nil {
 		return err
 	}
 	recs := queues.Records{Consul: c}
-	ns := queues.Namespace(f.Namespace)
-	if job.Namespace != nil && *job.Namespace != "" {
-		ns = *job.Namespace
-	}
+	ns := jobNamespace(f, job)
 	e, err := recs.Enqueue(ctx, queues.EnqueueOptions{Job: job, Namespace: ns, Queue: t.Queue, Kind: admit.KindTrain,
 		Priority: queues.SpecPriority(t.Priority), SubmittedBy: queues.SubmittedBy(ctx, c), Now: f.Now(), NoLiveJob: true})
 	if err != nil {

@@ -198,6 +198,13 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string, res *
 	if err != nil {
 		return err
 	}
+	if queued {
+		// A job still in its queue (or preempted, to be queued again)
+		// is refused before anything of it is touched.
+		if err := stillQueued(ctx, f, job, t.Name); err != nil {
+			return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w; nothing was submitted", path, err)}
+		}
+	}
 	if err := replaceFinished(nomad, out, t.Name); err != nil {
 		return err
 	}
