@@ -206,8 +206,9 @@ func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) erro
 	entry, qerr := queues.Lookup(qctx, f, jobID)
 	switch {
 	case err != nil && (entry == nil || entry.State() == "admitted" || entry.State() == "preempted"):
-		if qerr != nil {
-			return fmt.Errorf("%w (and its queue record could not be read: %v)", err, qerr)
+		if qerr != nil && strings.Contains(err.Error(), "not found") {
+			// It may be waiting in its queue: say what could not be looked at.
+			fmt.Fprintf(f.IO.ErrOut, "warning: its queue record could not be read: %v\n", qerr)
 		}
 		return err
 	case err != nil:
