@@ -94,6 +94,12 @@ func TestDeployIsCheckedAgainstItsQueue(t *testing.T) {
 	if _, err := execute(t, c, f, "deploy", "--detach", "--queue", "default", fixed); err == nil || !strings.Contains(err.Error(), "already in queue default") {
 		t.Errorf("second deploy: %v", err)
 	}
+	// service status shows it queued.
+	out, err = execute(t, c, f, "status", "q-ok")
+	if err != nil || !strings.Contains(out, "queue      queued in default: waiting for the admission controller's first answer") ||
+		!strings.Contains(out, "replicas   2, started together when all fit") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
 	// Stopping it withdraws it.
 	out, err = execute(t, c, f, "stop", "q-ok")
 	if err != nil || !strings.Contains(out, "Job q-ok withdrawn from queue default") {
