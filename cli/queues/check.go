@@ -32,6 +32,17 @@ const readTimeout = 10 * time.Second
 // names another queue is refused, since its queue cannot be checked. A
 // stored configuration that is invalid refuses every job.
 func CheckSubmit(ctx context.Context, open func() (queuekv.Store, error), job policy.Job, nodes []explain.Node, warn io.Writer) error {
+	_, err := CheckSubmitMode(ctx, open, job, nodes, warn)
+	return err
+}
+
+// CheckSubmitMode is CheckSubmit saying too whether the cluster is in
+// queue mode: a queue configuration exists (gpujob queue apply wrote it),
+// so a job that passes goes into the queue (Records.Enqueue) and the
+// admission controller registers it. Without a configuration, or when it
+// cannot be read (the job passes with a warning), a job is registered
+// directly, as before queues. It reads the configuration once.
+func CheckSubmitMode(ctx context.Context, open func() (queuekv.Store, error), job policy.Job, nodes []explain.Node, warn io.Writer) (queued bool, err error) {
 	named := job.Queue != "" && job.Queue != policy.DefaultQueue
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -43,22 +54,22 @@ func CheckSubmit(ctx context.Context, open func() (queuekv.Store, error), job po
 	var invalid *queuekv.InvalidError
 	switch {
 	case errors.As(err, &invalid):
-		return err
+		return false, err
 	case err != nil && named:
-		return fmt.Errorf("queue %s cannot be checked: the queue configuration could not be read: %w", job.Queue, err)
+		return false, fmt.Errorf("queue %s cannot be checked: the queue configuration could not be read: %w", job.Queue, err)
 	case err != nil:
-		fmt.Fprintf(warn, "warning: the queue configuration could not be read (%v): the job goes to the default queue unchecked\n", err)
-		return nil
+		fmt.Fprintf(warn, "warning: the queue configuration could not be read (%v): the job goes to the default queue unchecked, registered directly\n", err)
+		return false, nil
 	case r == nil && !named:
-		return nil
+		return false, nil
 	}
 	err = policy.CheckAdmissible(r.Config(), Nodes(nodes), job)
 	var unknown *policy.UnknownQueueError
 	if errors.As(err, &unknown) && job.Queue == "" {
-		return fmt.Errorf("job %s names no queue, and the queue configuration has no queue %q for such jobs: name one of its queues (queue = \"NAME\" in the spec, or --queue): %s",
+		return false, fmt.Errorf("job %s names no queue, and the queue configuration has no queue %q for such jobs: name one of its queues (queue = \"NAME\" in the spec, or --queue): %s",
 			job.ID, policy.DefaultQueue, strings.Join(unknown.Queues, ", "))
 	}
-	return err
+	return err == nil && r != nil, err
 }
 
 // Nodes is the cluster as CheckAdmissible counts it: every ready node that

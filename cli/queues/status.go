@@ -41,6 +41,20 @@ type QueueStatus struct {
 	UsedGPUs int          `json:"used_gpus"`
 	Jobs     []JobUse     `json:"jobs"`
 	Waiting  []WaitingJob `json:"waiting"`
+	// Queued are the jobs in the queue's records that the admission
+	// controller has not admitted (queued, waiting for its first answer,
+	// refused) or is preempting, next first; absent without any.
+	Queued []QueuedJob `json:"queued,omitempty"`
+}
+
+// QueuedJob is a job in a queue's records: its name and its queue fields.
+type QueuedJob struct {
+	Namespace string `json:"namespace"`
+	JobID     string `json:"job_id"`
+	Kind      string `json:"kind"`
+	Members   int    `json:"members"`
+	*Info
+	line string
 }
 
 // JobUse is a job holding GPUs.
@@ -179,6 +193,31 @@ func StatusOf(r *queuekv.Record, index uint64, snap *observe.Snapshot, only stri
 	return st, nil
 }
 
+// AddQueued puts the queued jobs of entries (Records.List) under their
+// queues, next first; admitted jobs are counted by their GPUs already.
+// A queue named only by queued jobs shows as not declared; only, when
+// set, keeps that queue's.
+func (st *Status) AddQueued(entries []*Entry, only string, now time.Time) {
+	for _, e := range entries {
+		in := e.Info()
+		if in.State == "admitted" || (only != "" && in.Queue != only) {
+			continue
+		}
+		i := -1
+		for k := range st.Queues {
+			if st.Queues[k].Name == in.Queue {
+				i = k
+			}
+		}
+		if i < 0 {
+			st.Queues = append(st.Queues, QueueStatus{Queue: queuekv.Queue{Name: in.Queue}, Jobs: []JobUse{}, Waiting: []WaitingJob{}})
+			i = len(st.Queues) - 1
+		}
+		st.Queues[i].Queued = append(st.Queues[i].Queued, QueuedJob{Namespace: e.Record.Namespace, JobID: e.Record.ID,
+			Kind: e.Record.Kind, Members: e.Record.Members, Info: in, line: e.Line(now)})
+	}
+}
+
 // Print writes the status for people: a table of the queues and, for a
 // status of one queue, its jobs.
 func (st *Status) Print(w io.Writer, detail bool) error {
@@ -220,6 +259,26 @@ func (st *Status) Print(w io.Writer, detail bool) error {
 	for _, q := range st.Queues {
 		if !q.Configured {
 			fmt.Fprintf(w, "note: jobs name queue %s, which the configuration does not declare; submit refuses new jobs into it\n", q.Name)
+		}
+	}
+	for _, q := range st.Queues {
+		if len(q.Queued) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nQueued in %s (next first):\n", q.Name)
+		t := gpujobs.NewTable(w, "POS", "JOB", "NAMESPACE", "KIND", "GPUS", "STATE", "SUBMITTED BY")
+		for _, j := range q.Queued {
+			pos := "-"
+			if j.Position > 0 {
+				pos = fmt.Sprint(j.Position)
+			}
+			t.Row(pos, j.JobID, j.Namespace, j.Kind, fmt.Sprint(j.GPUs), j.State, j.SubmittedBy)
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+		for _, j := range q.Queued {
+			fmt.Fprintf(w, "  %s: %s\n", j.JobID, j.line)
 		}
 	}
 	if !detail {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -18,10 +19,14 @@ import (
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/cli/spec"
+	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/internal/queue/admit"
 	"github.com/gpujob/gpujob/internal/queue/policy"
+	"github.com/gpujob/gpujob/internal/servekv"
 )
 
 // Result is a deployment's outcome (`gpujob service deploy -json`).
@@ -37,6 +42,10 @@ type Result struct {
 	Description string `json:"description,omitempty"`
 	Queued      string `json:"queued,omitempty"` // why replicas cannot be placed now
 	Endpoint    string `json:"endpoint"`
+	// Queue is the service's place in its queue when it went through one
+	// (queue mode: a queue configuration exists); Status is then "queued"
+	// until the admission controller registers it.
+	Queue *queues.Info `json:"queue,omitempty"`
 }
 
 // Request is a service to deploy.
@@ -48,9 +57,16 @@ type Request struct {
 	// Gateway is the gateway's URL, for the endpoint.
 	Gateway string
 	// Admit, when set, checks the service against its queue before
-	// anything is registered or written (the CLI's queues.CheckSubmit);
-	// nodes are the cluster's as Register read them.
-	Admit func(ctx context.Context, gang policy.Job, nodes []explain.Node) error
+	// anything is registered or written (the CLI's queues.CheckSubmitMode),
+	// and says whether the cluster is in queue mode; nodes are the
+	// cluster's as Register read them.
+	Admit func(ctx context.Context, gang policy.Job, nodes []explain.Node) (queued bool, err error)
+	// Records are the queued jobs' records, for queue mode (Admit says
+	// so): a new service goes into its queue, an update of one the queue
+	// admitted keeps its admission (UpdateQueued).
+	Records     queues.Records
+	SubmittedBy string
+	Now         time.Time
 }
 
 // Gang is the service as the queue policy counts it: its initial replicas
@@ -68,6 +84,9 @@ type Registered struct {
 	Update bool
 	// Replicas is the registered job's replica count.
 	Replicas int
+	// Queued is the service's queue entry when it went into its queue
+	// (nothing registered in Nomad yet); nil otherwise.
+	Queued *queues.Entry
 }
 
 // Register renders req's service into a Nomad job and registers it, then
@@ -111,8 +130,9 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster's GPUs: %w", err)
 	}
+	inQueue := false
 	if req.Admit != nil {
-		if err := req.Admit(ctx, Gang(s), nodes); err != nil {
+		if inQueue, err = req.Admit(ctx, Gang(s), nodes); err != nil {
 			return nil, err
 		}
 	}
@@ -122,6 +142,19 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 	}
 	if existing != nil && s.Autoscale != nil {
 		KeepCount(job, existing, s.Replicas.Min, s.Replicas.Max)
+	}
+	// In queue mode a new service goes into its queue; an update of a
+	// service the queue admitted is registered directly, keeping the
+	// admission (QueueRules). One registered before queue mode is updated
+	// as before: the controller counts it, never preempts it.
+	admitted := existing != nil && existing.Meta[contract.MetaAdmission] != ""
+	if inQueue && (existing == nil || admitted) {
+		if err := queueable(s); err != nil {
+			return nil, err
+		}
+		for _, g := range job.TaskGroups {
+			g.Scaling = nil // min = max = count: it bounds nothing; the controller refuses one
+		}
 	}
 	// The route goes with the job, in its meta: a revert (Nomad's
 	// auto_revert, gpujob service rollback) brings the route of the
@@ -135,6 +168,14 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 		job.Meta = map[string]string{}
 	}
 	job.Meta[MetaRoute] = string(routeJSON)
+	if inQueue && existing == nil {
+		return enqueue(ctx, store, req, job, route, why)
+	}
+	if inQueue && admitted {
+		if err := updateAdmitted(ctx, req, job, existing); err != nil {
+			return nil, err
+		}
+	}
 	reg, err := nomad.Register(job)
 	if err != nil {
 		return nil, err
@@ -157,6 +198,61 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 		out.Replicas = deref(g.Count)
 	}
 	return out, nil
+}
+
+// queueable refuses a service the admission controller cannot admit: an
+// autoscaled one (the controller admits a fixed gang of replicas).
+func queueable(s *spec.Service) error {
+	if s.Autoscale != nil {
+		return fmt.Errorf("service %s autoscales (replicas %d to %d); the queue admits a fixed number of replicas, so an autoscaled service cannot go through a queue yet: "+
+			"set replicas { initial = N  min = N } without autoscale", s.Name, s.Replicas.Min, s.Replicas.Max)
+	}
+	return nil
+}
+
+// enqueue writes the new service's queue record, then its route (the
+// gateway holds requests until a replica is healthy).
+func enqueue(ctx context.Context, store servestore.Store, req Request, job *api.Job, route servekv.Route, why string) (*Registered, error) {
+	s := req.Service
+	e, err := req.Records.Enqueue(ctx, queues.EnqueueOptions{Job: job, Namespace: req.Namespace, Queue: s.Queue,
+		Kind: admit.KindService, Priority: queues.SpecPriority(s.Priority), SubmittedBy: req.SubmittedBy, Now: req.Now, NoLiveJob: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.PutRoute(ctx, route); err != nil {
+		return nil, fmt.Errorf("%s is queued, but its route is not written: %w (gpujob service stop %s, then deploy again)", s.Name, err, s.Name)
+	}
+	return &Registered{Queued: e, Replicas: e.Record.Members, Result: Result{Service: s.Name, Namespace: route.Namespace, Version: s.Version,
+		Status: "queued", Queued: why, Endpoint: req.Gateway + s.Route.Path, Queue: e.Info()}}, nil
+}
+
+// updateAdmitted prepares the update of a service the queue admitted: the
+// new job keeps the admission marker (a job without it would be a job the
+// queue never admitted, and the controller would forget the admission),
+// may not ask for more GPUs than the admission covers, and replaces the
+// queue record's job, so that a requeue after a preemption starts the new
+// version. It refuses a bigger update: stop the service and deploy it
+// again to queue it at its new size.
+func updateAdmitted(ctx context.Context, req Request, job, existing *api.Job) error {
+	s := req.Service
+	e, err := req.Records.Get(ctx, req.Namespace, s.Name)
+	if err != nil {
+		return err
+	}
+	if e != nil && e.Invalid == "" {
+		had, g := e.Record.Members*e.Record.PerMember.GPUs, Gang(s)
+		if want := g.Members * g.PerMember.GPUs; want > had {
+			return fmt.Errorf("service %s was admitted by queue %s with %d GPUs; this update asks for %d: an update may not add GPUs "+
+				"(the queue did not admit them): gpujob service stop %s, then deploy again to queue it at its new size",
+				s.Name, e.Info().Queue, had, want, s.Name)
+		}
+		if _, err := req.Records.Update(ctx, e, queues.EnqueueOptions{Job: job, Namespace: req.Namespace, Queue: s.Queue,
+			Kind: admit.KindService, Priority: queues.SpecPriority(s.Priority)}); err != nil {
+			return err
+		}
+	}
+	job.Meta[contract.MetaAdmission] = existing.Meta[contract.MetaAdmission]
+	return nil
 }
 
 // queued says, in plain words, why Nomad cannot place the job's replicas

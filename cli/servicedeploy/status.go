@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/render"
 	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/contract"
@@ -22,8 +23,14 @@ import (
 // Status is a service's replicas, deployment and traffic (`gpujob service
 // status`, also its -json).
 type Status struct {
-	Service    string          `json:"service"`
-	Namespace  string          `json:"namespace"`
+	Service   string `json:"service"`
+	Namespace string `json:"namespace"`
+	// Queue is the service's place in its queue when it went through one
+	// (queue mode); a service still waiting there has no Nomad job yet,
+	// and its JobStatus is "queued" (or "refused").
+	Queue *queues.Info `json:"queue,omitempty"`
+	// QueueLine is Queue in a sentence, for people.
+	QueueLine  string          `json:"-"`
 	JobStatus  string          `json:"job_status"`
 	Version    string          `json:"version"` // the current job version's
 	JobVersion uint64          `json:"job_version"`

@@ -15,6 +15,7 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -33,6 +34,11 @@ type Job struct {
 	// Counts is Nomad's summary of the job's allocations, every version
 	// (pending = queued + starting).
 	Counts gpujobs.Counts `json:"counts"`
+	// Queue is the job's place in its queue when it went through one
+	// (a queue configuration exists): state, position, reason, estimated
+	// start, preemptions. A job the queue has not admitted yet has no Nomad
+	// job: its State is queued (or refused), NomadStatus empty.
+	Queue *queues.Info `json:"queue,omitempty"`
 }
 
 // Options is what the command's arguments and flags ask for.
@@ -53,19 +59,26 @@ func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) 
 		Short:   "List the training jobs",
 		Long: `List shows the training jobs gpujob submitted (Nomad jobs whose meta has
 gpujob = "train"), newest first: name, state, workers, GPUs per worker, when it
-was submitted, and its allocations by state. Other Nomad jobs are left out.`,
+was submitted, and its allocations by state. Other Nomad jobs are left out.
+
+Jobs still in their queue (queue mode: a queue configuration exists, and
+the admission controller has not started them) have no Nomad job yet: they
+are listed as queued (or refused), each followed by its place, its reason
+in words and its estimated start; -json gives every job that went through a
+queue its queue fields ("queue": state, position, reason, estimated_start,
+preempted_by, …).`,
 		Example: `  gpujob list
   gpujob list --json | jq -r '.[] | select(.state == "running") | .name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cmdutil.Run(cmd.Context(), o, runF, func(context.Context) error { return run(f, o) })
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o) })
 		},
 	}
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
 }
 
-func run(f *factory.Factory, o *Options) error {
+func run(ctx context.Context, f *factory.Factory, o *Options) error {
 	nomad, err := f.Nomad()
 	if err != nil {
 		return err
@@ -74,16 +87,31 @@ func run(f *factory.Factory, o *Options) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now
+	if f.Now != nil {
+		now = f.Now
+	}
+	var lines map[string]string
+	if r, ok := queues.RecordsOf(f); ok {
+		ns := queues.Namespace(f.Namespace)
+		if ns == "*" {
+			ns = ""
+		}
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		entries, err := r.List(qctx, ns)
+		cancel()
+		if err != nil {
+			// A cluster without queues may have no Consul reachable.
+			fmt.Fprintf(f.IO.ErrOut, "warning: queued jobs left out: %v\n", err)
+		}
+		jobs, lines = WithQueue(jobs, entries, now())
+	}
 	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, jobs)
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintln(f.IO.Out, "No training jobs.")
 		return nil
-	}
-	now := time.Now
-	if f.Now != nil {
-		now = f.Now
 	}
 	t := gpujobs.NewTable(f.IO.Out, "NAME", "STATE", "WORKERS", "GPUS/WORKER", "SUBMITTED",
 		"PENDING", "RUNNING", "COMPLETE", "FAILED", "LOST")
@@ -92,7 +120,62 @@ func run(f *factory.Factory, o *Options) error {
 			strconv.Itoa(j.Counts.Pending), strconv.Itoa(j.Counts.Running), strconv.Itoa(j.Counts.Complete),
 			strconv.Itoa(j.Counts.Failed), strconv.Itoa(j.Counts.Lost))
 	}
-	return t.Flush()
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if l := lines[j.Namespace+"/"+j.Name]; l != "" {
+			fmt.Fprintf(f.IO.Out, "%s: %s\n", j.Name, l)
+		}
+	}
+	return nil
+}
+
+// WithQueue adds the queued training jobs to jobs: a job's queue fields
+// where Nomad has it, a row of its own (state queued or refused) where
+// the queue has not admitted it yet; newest first again. lines are the
+// queued jobs' sentences by namespace/name, for people.
+func WithQueue(jobs []Job, entries []*queues.Entry, now time.Time) ([]Job, map[string]string) {
+	lines := map[string]string{}
+	at := map[string]int{}
+	for i, j := range jobs {
+		at[j.Namespace+"/"+j.Name] = i
+	}
+	for _, e := range entries {
+		if e.Record.Kind != "" && e.Record.Kind != "train" {
+			continue // services and trials have lists of their own
+		}
+		name := e.Record.Namespace + "/" + e.Record.ID
+		in := e.Info()
+		if i, ok := at[name]; ok {
+			jobs[i].Queue = in
+			if in.State != "admitted" {
+				lines[name] = e.Line(now)
+			}
+			continue
+		}
+		if in.State == "admitted" || in.State == "preempted" {
+			continue // ended in Nomad; the controller forgets it
+		}
+		state := "queued"
+		if in.State == "refused" {
+			state = "refused"
+		}
+		jobs = append(jobs, Job{Name: e.Record.ID, Namespace: e.Record.Namespace, State: state, Workers: e.Record.Members,
+			GPUsPerWorker: e.Record.PerMember.GPUs, Submitted: e.Record.SubmittedAt, Queue: in})
+		lines[name] = e.Line(now)
+	}
+	sortJobs(jobs)
+	return jobs, lines
+}
+
+func sortJobs(out []Job) {
+	sort.SliceStable(out, func(a, b int) bool {
+		if !out[a].Submitted.Equal(out[b].Submitted) {
+			return out[a].Submitted.After(out[b].Submitted)
+		}
+		return out[a].Name < out[b].Name
+	})
 }
 
 // Collect lists the training jobs, newest first. The job list is asked with
@@ -129,12 +212,7 @@ func Collect(nomad nomadapi.API) ([]Job, error) {
 		j.State = state(s, j.Counts, j.Workers)
 		out = append(out, j)
 	}
-	sort.SliceStable(out, func(a, b int) bool {
-		if !out[a].Submitted.Equal(out[b].Submitted) {
-			return out[a].Submitted.After(out[b].Submitted)
-		}
-		return out[a].Name < out[b].Name
-	})
+	sortJobs(out)
 	return out, nil
 }
 

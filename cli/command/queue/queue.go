@@ -43,9 +43,12 @@ queue does not exist (listing the queues) and one its queue could never
 hold: larger than the whole cluster, than its queue's quota with borrowing
 off, or than its cohort's quota — before anything is registered.
 
-What exists today is the configuration and that submit-time check; jobs
-that pass it are placed by Nomad as before. gpujob queue status shows each
-queue's configuration beside the GPUs its jobs hold now.`,
+Once a configuration exists the cluster is in queue mode: submit and
+service deploy write the job into its queue (a record in Consul) instead of
+registering it, and the admission controller registers it when every member
+fits at once, within its queue's share. gpujob queue status shows each
+queue's configuration beside the GPUs its jobs hold now, and the jobs
+waiting in it with their positions.`,
 		Example: `  gpujob queue apply --dry-run queues.hcl
   gpujob queue apply queues.hcl
   gpujob queue list
@@ -212,7 +215,7 @@ func NewStatusCmd(f *factory.Factory, runF func(context.Context, *StatusOptions)
 	o := &StatusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status [NAME]",
-		Short: "Show each queue's configuration beside the GPUs its jobs hold and the jobs Nomad has not placed",
+		Short: "Show each queue's configuration beside the GPUs its jobs hold, and its queued jobs with their positions",
 		Long: `Status shows every queue (or the one named): its quota and settings, the
 GPUs its jobs hold now, how many jobs hold them, and how many of its jobs
 have allocations Nomad has not placed yet. The GPUs are the inventory
@@ -222,8 +225,14 @@ reported it complete, failed or lost. A job is in the queue its meta names
 did not submit are in no queue and counted apart. A queue that jobs name but
 the configuration no longer declares is shown as not declared.
 
-With NAME it also lists the queue's jobs. It reads Consul (the
-configuration) and Nomad (nodes, allocations, jobs).`,
+Then, for each queue, the jobs waiting in it (next first): position, job,
+namespace, kind, GPUs, state (waiting: the admission controller has not
+answered yet; queued; preempted; refused), who submitted it, and its reason
+and estimated start in words. Only the namespaces the Consul token may read
+are listed (a user's consul-queue-submit token: its own).
+
+With NAME it also lists the queue's jobs holding GPUs. It reads Consul (the
+configuration, the queued jobs) and Nomad (nodes, allocations, jobs).`,
 		Example: `  gpujob queue status
   gpujob queue status team-a
   gpujob queue status -json | jq '.queues[] | {name, gpus, used_gpus}'`,
@@ -252,6 +261,13 @@ func runStatus(ctx context.Context, f *factory.Factory, o *StatusOptions) error 
 	if err != nil {
 		return err
 	}
+	// The queued jobs of every namespace the Consul token may read (a
+	// user's consul-queue-submit token: its own namespace's).
+	entries, err := queues.Records{Consul: store.Client, Prefix: store.Prefix}.List(ctx, "")
+	if err != nil {
+		st.Warnings = append(st.Warnings, err.Error())
+	}
+	st.AddQueued(entries, o.Name, f.Now())
 	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, st)
 	}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -57,7 +58,19 @@ can.
 The service goes into its spec's queue (queue = "NAME"), --queue's, or the
 default queue: when a queue configuration exists (gpujob queue), deploy
 refuses a queue that does not exist and a service whose initial replicas its
-queue could never hold, before anything is registered.`,
+queue could never hold, before anything is registered.
+
+Queue mode (a queue configuration exists): a new service is not registered
+but written into its queue with its replicas as one gang, and its route is
+written; the admission controller registers it when all replicas fit. Deploy
+follows its place in the queue until then (--detach returns at once; -json
+carries the queue fields). An autoscaled service is refused in queue mode
+(the queue admits a fixed number of replicas). An update of a service the
+queue admitted is registered directly, keeping its admission, and replaces
+its queued record (so a requeue after a preemption starts the new version);
+it may not ask for more GPUs than were admitted — stop the service and deploy
+it again to queue it at its new size. A service deployed before queue mode is
+updated as before.`,
 		Example: `  gpujob service deploy jobspecs/examples/serve-bert.hcl
   gpujob service deploy -var version=v2 jobspecs/examples/serve-bert.hcl
   gpujob service deploy --detach -json serve.hcl
@@ -108,17 +121,25 @@ func deploy(ctx context.Context, f *factory.Factory, o *DeployOptions, path stri
 	if err != nil {
 		return err
 	}
-	admit := func(ctx context.Context, gang policy.Job, nodes []explain.Node) error {
-		return queues.CheckSubmit(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut)
+	admit := func(ctx context.Context, gang policy.Job, nodes []explain.Node) (bool, error) {
+		return queues.CheckSubmitMode(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut)
 	}
-	reg, err := servicedeploy.Register(ctx, nomad, store, servicedeploy.Request{Service: s, Namespace: f.Namespace(),
-		Gateway: gatewayclient.Addr(o.Gateway), Admit: admit})
+	req := servicedeploy.Request{Service: s, Namespace: f.Namespace(), Gateway: gatewayclient.Addr(o.Gateway), Admit: admit, Now: f.Now()}
+	if recs, ok := queues.RecordsOf(f); ok {
+		req.Records, req.SubmittedBy = recs, queues.SubmittedBy(ctx, recs.Consul)
+	}
+	reg, err := servicedeploy.Register(ctx, nomad, store, req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	res := reg.Result
 	out := f.IO.Out
-	if !o.JSON {
+	if reg.Queued != nil {
+		var done bool
+		if res, done, err = awaitQueued(ctx, f, o, reg); done || err != nil {
+			return err
+		}
+	} else if !o.JSON {
 		verb := "deployed"
 		if reg.Update {
 			verb = "updating"
@@ -150,6 +171,53 @@ func deploy(ctx context.Context, f *factory.Factory, o *DeployOptions, path stri
 		}
 	}
 	return finish(out, o.JSON, res, failed)
+}
+
+// awaitQueued follows a queued service until the admission controller
+// registers it; done says deploy has nothing more to do (--detach, Ctrl-C,
+// a refusal), else res is the admitted job's, to follow its deployment.
+func awaitQueued(ctx context.Context, f *factory.Factory, o *DeployOptions, reg *servicedeploy.Registered) (DeployResult, bool, error) {
+	res, out, name := reg.Result, f.IO.Out, reg.Result.Service
+	progress := out
+	if o.JSON {
+		progress = io.Discard
+	}
+	fmt.Fprintf(progress, "queued %s %s in %s: %d replica(s); the admission controller starts them when all fit at once\n",
+		name, res.Version, res.Queue.Queue, reg.Replicas)
+	if res.Queued != "" {
+		fmt.Fprintf(progress, "not placeable now: %s\n", res.Queued)
+	}
+	if o.Detach {
+		return res, true, finish(out, o.JSON, res, nil)
+	}
+	recs, _ := queues.RecordsOf(f)
+	e, err := recs.AwaitAdmission(ctx, reg.Queued, queues.AwaitOptions{Out: progress, TTY: f.IO.IsTTY && !o.JSON, Now: f.Now})
+	if e != nil {
+		res.Queue = e.Info()
+	}
+	var refused *queues.RefusedError
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(f.IO.ErrOut, "stopped watching; %s stays queued: gpujob service status %s (gpujob service stop %s withdraws it)\n", name, name, name)
+		return res, true, finish(out, o.JSON, res, nil)
+	case errors.As(err, &refused):
+		return res, true, finish(out, o.JSON, res, &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%w; gpujob service stop %s withdraws it", err, name)})
+	case err != nil:
+		return res, true, err
+	}
+	nomad, err := f.Nomad()
+	if err != nil {
+		return res, true, err
+	}
+	job, err := nomad.Job(name)
+	if err != nil {
+		return res, true, fmt.Errorf("reading service %s, which the queue admitted: %w", name, err)
+	}
+	if job.Version != nil {
+		res.JobVersion = *job.Version
+	}
+	res.Status = "registered"
+	return res, false, nil
 }
 
 func finish(out io.Writer, asJSON bool, res DeployResult, failed error) error {

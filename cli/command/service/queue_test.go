@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/servestore"
 	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/internal/queue/admit"
 	"github.com/gpujob/gpujob/internal/queue/queuekv"
 )
 
@@ -58,11 +60,115 @@ func TestDeployIsCheckedAgainstItsQueue(t *testing.T) {
 			}
 		})
 	}
+	// The queue admits a fixed number of replicas: an autoscaled service
+	// is refused in queue mode.
 	f := newFake()
 	f.SetNode(gpuNode(4))
-	if out, err := execute(t, c, f, "deploy", "--detach", "--queue", "default", gpuSpec(t, "q-ok")); err != nil || len(f.Registered) != 1 {
+	if out, err := execute(t, c, f, "deploy", "--detach", "--queue", "default", gpuSpec(t, "q-auto")); err == nil ||
+		!strings.Contains(err.Error(), "service q-auto autoscales (replicas 1 to 4)") || len(f.Registered) != 0 {
 		t.Fatalf("err %v, registered %d\n%s", err, len(f.Registered), out)
 	}
+	t.Cleanup(func() { _, _ = c.KV().DeleteTree(contract.QueueJobsPrefix+"/", nil) })
+	fixed := fixedSpec(t, gpuSpec(t, "q-ok"))
+	out, err := execute(t, c, f, "deploy", "--detach", "--json", "--queue", "default", fixed)
+	if err != nil || len(f.Registered) != 0 {
+		t.Fatalf("err %v, registered %d\n%s", err, len(f.Registered), out)
+	}
+	kv, _, err := c.KV().Get(contract.QueueJobsPrefix+"/default/q-ok", nil)
+	if err != nil || kv == nil {
+		t.Fatalf("no queue record: %v", err)
+	}
+	jr, job, err := admit.DecodeJobRecord(kv.Value, time.Now())
+	if err != nil || jr.Kind != admit.KindService || jr.Members != 2 || job.TaskGroups[0].Scaling != nil || job.Meta[MetaRoute] == "" {
+		t.Fatalf("record %+v: %v", jr, err)
+	}
+	var res DeployResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Status != "queued" || res.Queue == nil || res.Queue.State != "waiting" {
+		t.Errorf("json %+v (%v):\n%s", res, err, out)
+	}
+	r, _ := servestore.Open(&factory.Factory{Consul: func() (*consul.Client, error) { return c, nil }})
+	if route, _ := r.Route(context.Background(), "default", "q-ok"); route == nil {
+		t.Errorf("a queued service's route was not written")
+	}
+	// Deploying it again while it waits is refused: it is queued already.
+	if _, err := execute(t, c, f, "deploy", "--detach", "--queue", "default", fixed); err == nil || !strings.Contains(err.Error(), "already in queue default") {
+		t.Errorf("second deploy: %v", err)
+	}
+	// service status shows it queued.
+	out, err = execute(t, c, f, "status", "q-ok")
+	if err != nil || !strings.Contains(out, "queue      queued in default: waiting for the admission controller's first answer") ||
+		!strings.Contains(out, "replicas   2, started together when all fit") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+	// Stopping it withdraws it.
+	out, err = execute(t, c, f, "stop", "q-ok")
+	if err != nil || !strings.Contains(out, "Job q-ok withdrawn from queue default") {
+		t.Errorf("stop: %v\n%s", err, out)
+	}
+}
+
+// An update of a service the queue admitted is registered directly with
+// the admission marker kept (a job without it would look unadmitted to the
+// controller) and its record replaced at the same place; one that asks
+// for more GPUs than were admitted is refused.
+func TestUpdateOfAnAdmittedService(t *testing.T) {
+	c := consulClient(t)
+	store := queuekv.New(c, "")
+	rec := &queuekv.Record{Format: queuekv.Format, File: "queues.hcl", SHA256: strings.Repeat("1", 64), AppliedBy: "ops@test",
+		AppliedAt: time.Unix(1, 0).UTC(), Queues: []queuekv.Queue{{Name: "default", Weight: 1, Priority: 50}}}
+	if _, err := store.Write(context.Background(), rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.KV().Delete(contract.QueueConfigKey, nil)
+		_, _ = c.KV().DeleteTree(contract.QueueJobsPrefix+"/", nil)
+	})
+	f := newFake()
+	f.SetNode(gpuNode(4))
+	spec := fixedSpec(t, writeSpec(t, "upd", "v1"))
+	if out, err := execute(t, c, f, "deploy", "--detach", spec); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	kv, _, _ := c.KV().Get(contract.QueueJobsPrefix+"/default/upd", nil)
+	// The controller admits it: registers the record's job with its marker.
+	_, job, err := admit.DecodeJobRecord(kv.Value, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := admit.Marker(kv.CreateIndex, 1)
+	job.Meta[contract.MetaAdmission] = marker
+	if _, err := f.Register(job); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, c, f, "deploy", "--detach", rewrite(t, spec, `version = "v1"`, `version = "v2"`))
+	if err != nil || len(f.Registered) != 2 {
+		t.Fatalf("err %v, registered %d\n%s", err, len(f.Registered), out)
+	}
+	if got := f.Registered[1].Meta[contract.MetaAdmission]; got != marker {
+		t.Errorf("the update's marker %q, want %q", got, marker)
+	}
+	kv2, _, _ := c.KV().Get(contract.QueueJobsPrefix+"/default/upd", nil)
+	_, job2, err := admit.DecodeJobRecord(kv2.Value, time.Now())
+	if err != nil || kv2.CreateIndex != kv.CreateIndex || job2.Meta[contract.MetaVersion] != "v2" {
+		t.Errorf("the record was not replaced in place: %v, create index %d → %d, version %q", err, kv.CreateIndex, kv2.CreateIndex, job2.Meta[contract.MetaVersion])
+	}
+	// Its count is the admitted gang's: scale is refused.
+	if _, err := execute(t, c, f, "scale", "upd", "3"); err == nil || !strings.Contains(err.Error(), "was started by its queue with 2 replica(s)") {
+		t.Errorf("scale of an admitted service: %v", err)
+	}
+	// More GPUs than admitted: refused, nothing registered.
+	big := rewrite(t, spec, "gpus_per_replica = 0", "gpus_per_replica = 1")
+	if _, err := execute(t, c, f, "deploy", "--detach", big); err == nil || !strings.Contains(err.Error(), "an update may not add GPUs") {
+		t.Errorf("a bigger update: %v", err)
+	}
+}
+
+// fixedSpec turns the test's autoscaled service spec at p into one with a
+// fixed count of 2 replicas.
+func fixedSpec(t *testing.T, p string) string {
+	t.Helper()
+	rewrite(t, p, "min     = 1\n    max     = 4\n    initial = 2", "min     = 2\n    initial = 2")
+	return rewrite(t, p, "autoscale {\n    target_inflight = 2\n  }", "")
 }
 
 // gpuNode is a ready node with n GPUs that runs the gpujob driver.

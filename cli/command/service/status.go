@@ -12,6 +12,7 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gatewayclient"
 	"github.com/gpujob/gpujob/cli/gpujobs"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
@@ -65,8 +66,20 @@ func runStatus(ctx context.Context, f *factory.Factory, o *StatusOptions) error 
 	gw := gatewayclient.Addr(o.Gateway)
 	st, err := servicedeploy.ReadStatus(ctx, nomad, store, servicedeploy.StatusRequest{Name: o.Name,
 		Namespace: f.Namespace(), Gateway: gw, Admin: gatewayclient.AdminAddr(o.GatewayAdmin, gw)})
-	if err != nil {
+	entry, _ := queues.Lookup(ctx, f, o.Name)
+	switch {
+	case err != nil && (entry == nil || entry.State() == "admitted" || entry.State() == "preempted"):
 		return err
+	case err != nil:
+		// Still in its queue: no Nomad job yet.
+		state := "queued"
+		if entry.State() == "refused" {
+			state = "refused"
+		}
+		st = &Status{Service: o.Name, Namespace: entry.Record.Namespace, JobStatus: state, Desired: entry.Record.Members}
+	}
+	if entry != nil {
+		st.Queue, st.QueueLine = entry.Info(), entry.Line(f.Now())
 	}
 	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, st)
@@ -76,6 +89,13 @@ func runStatus(ctx context.Context, f *factory.Factory, o *StatusOptions) error 
 
 func printStatus(w io.Writer, st *Status) error {
 	fmt.Fprintf(w, "service    %s (namespace %s)\n", st.Service, st.Namespace)
+	if st.QueueLine != "" {
+		fmt.Fprintf(w, "queue      %s\n", st.QueueLine)
+	}
+	if st.JobStatus == "queued" || st.JobStatus == "refused" {
+		fmt.Fprintf(w, "replicas   %d, started together when all fit (gpujob service stop %s withdraws it)\n", st.Desired, st.Service)
+		return nil
+	}
 	fmt.Fprintf(w, "version    %s (job version %d), job %s\n", st.Version, st.JobVersion, st.JobStatus)
 	fmt.Fprintf(w, "replicas   %d healthy of %d desired (bounds %d-%d)\n", st.Healthy, st.Desired, st.Min, st.Max)
 	for _, v := range st.Versions {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpujob/gpujob/cli/cmdutil"
 	"github.com/gpujob/gpujob/cli/factory"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/cli/servicedeploy"
 )
 
@@ -31,7 +32,9 @@ func NewStopCmd(f *factory.Factory, runF func(context.Context, *StopOptions) err
 		Long: `Stop removes the service's gateway route (the gateways answer 404 for it
 from then on) and stops its Nomad job; each replica leaves Consul before it
 is signalled. Its tokens are kept for a later deploy; --purge also removes
-them and the job's history.`,
+them and the job's history. A service that went through a queue (queue
+mode) has its queue record deleted first: one still waiting is withdrawn,
+and the admission controller does not queue a stopped one again.`,
 		Example: `  gpujob service stop bert-clf
   gpujob service stop --purge bert-clf`,
 		Args: cobra.ExactArgs(1),
@@ -49,7 +52,18 @@ func runStop(ctx context.Context, f *factory.Factory, o *StopOptions) error {
 	if err != nil {
 		return err
 	}
+	// Its queue record first (queue mode): the admission controller then
+	// neither starts a queued service nor requeues a stopped one.
+	withdrawn, err := queues.Stop(ctx, f, o.Name, f.IO.Out)
+	if err != nil {
+		fmt.Fprintf(f.IO.ErrOut, "warning: its queue record could not be read (%v); if it went through a queue, stop it again once Consul answers\n", err)
+	}
 	st, err := servicedeploy.Stop(ctx, nomad, store, f.Namespace(), o.Name, o.Purge)
+	if withdrawn && st.Orphan {
+		if err := queues.StopAdmittedMeanwhile(nomad, o.Name, f.IO.Out); err != nil {
+			return err
+		}
+	}
 	if st.Orphan {
 		// Said even when purging its tokens failed: the route is gone.
 		fmt.Fprintf(f.IO.Out, "%s has no job in Nomad; removed its route\n", o.Name)

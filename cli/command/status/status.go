@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/cli/queues"
 	"github.com/gpujob/gpujob/internal/contract"
 )
 
@@ -54,6 +56,15 @@ type Status struct {
 	// of 4 free, 1 held by job x").
 	Unplaced int    `json:"unplaced"`
 	Waiting  string `json:"waiting,omitempty"`
+	// Queue is the job's place in its queue when a queue configuration
+	// made it a queued job (internal/queue/admit): queued with position,
+	// reason and estimated start, admitted, preempted (by whom, why) or
+	// refused; absent for a job registered directly. A job the queue has
+	// not admitted yet has no Nomad job: its State is "queued" (or
+	// "refused") and NomadStatus is empty.
+	Queue *queues.Info `json:"queue,omitempty"`
+	// queueLine is Queue in a sentence, for people.
+	queueLine string
 
 	// GPU utilisation of a running job: the GPUs reserved to its running
 	// members, read from their nodes' stats (one read per node).
@@ -164,6 +175,13 @@ Members Nomad has not placed yet are counted, with why: a dry-run plan of the
 job against the cluster's GPUs, in submit's words ("needs 4 × 1 nvidia/gpu;
 3 of 4 could be placed now, 1 cannot; node a has 0 of 4 free, 1 held by job x").
 
+A job that went through a queue (queue mode, gpujob queue) shows its queue
+line: queued with its position, its reason in words and an estimated start
+(a job still in its queue has no Nomad job yet, only this), admitted, being
+preempted (by whom, why) or refused. It reads the record and the admission
+controller's status in Consul (a token of gpujob acl policy
+consul-queue-submit, --read-only suffices).
+
 --json prints the same as one JSON document for scripts (full GPU UUIDs).`,
 		Example: `  gpujob status bert-finetune
   gpujob status bert-finetune --json | jq '.members[] | {name, ranks, state}'`,
@@ -183,13 +201,47 @@ func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) erro
 		return err
 	}
 	st, err := Collect(ctx, nomad, jobID)
-	if err != nil {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	entry, qerr := queues.Lookup(qctx, f, jobID)
+	switch {
+	case err != nil && (entry == nil || entry.State() == "admitted" || entry.State() == "preempted"):
+		if qerr != nil && strings.Contains(err.Error(), "not found") {
+			// It may be waiting in its queue: say what could not be looked at.
+			fmt.Fprintf(f.IO.ErrOut, "warning: its queue record could not be read: %v\n", qerr)
+		}
 		return err
+	case err != nil:
+		st = Queued(entry)
+	case entry != nil:
+		st.Queue = entry.Info()
+	}
+	if entry != nil {
+		st.queueLine = entry.Line(now(f))
 	}
 	if o.JSON {
 		return gpujobs.PrintJSON(f.IO.Out, st)
 	}
 	return printStatus(f.IO.Out, st)
+}
+
+// Queued is the status of a job that is only in its queue: no Nomad job
+// yet (queued, waiting for the controller's answer, or refused).
+func Queued(e *queues.Entry) *Status {
+	in := e.Info()
+	state := "queued"
+	if in.State == "refused" {
+		state = "refused"
+	}
+	return &Status{Job: e.Record.ID, Namespace: e.Record.Namespace, State: state, Workers: e.Record.Members,
+		GPUsPerWorker: e.Record.PerMember.GPUs, Members: []Member{}, GPUUtilization: []GPUUtil{}, Queue: in}
+}
+
+func now(f *factory.Factory) time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
 }
 
 // Collect reads a job's status.
@@ -496,6 +548,13 @@ func member(ctx context.Context, nomad nomadapi.API, m *gpujobs.Member, task str
 }
 
 func printStatus(w io.Writer, st *Status) error {
+	if st.Queue != nil && st.NomadStatus == "" {
+		fmt.Fprintf(w, "Job %s: %d worker(s) × %d GPU(s), submitted by %s at %s\n", st.Job, st.Workers, st.GPUsPerWorker,
+			st.Queue.SubmittedBy, st.Queue.SubmittedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "Queue: %s\n", st.queueLine)
+		fmt.Fprintf(w, "Nomad has no job %s yet: the admission controller registers it when every member fits at once. gpujob stop %s withdraws it.\n", st.Job, st.Job)
+		return nil
+	}
 	shape := ""
 	if st.Workers > 0 && st.GPUsPerWorker >= 0 {
 		shape = fmt.Sprintf(", %d worker(s) × %d GPU(s)", st.Workers, st.GPUsPerWorker)
@@ -505,6 +564,9 @@ func printStatus(w io.Writer, st *Status) error {
 		fmt.Fprintf(w, ", %d group restart(s)", st.Restarts)
 	}
 	fmt.Fprintln(w)
+	if st.queueLine != "" {
+		fmt.Fprintf(w, "Queue: %s\n", st.queueLine)
+	}
 	if st.Result != nil {
 		fmt.Fprintf(w, "Result: %s\n", ResultText(st.Result))
 	}

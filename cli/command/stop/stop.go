@@ -16,6 +16,7 @@ import (
 	"github.com/gpujob/gpujob/cli/factory"
 	"github.com/gpujob/gpujob/cli/gpujobs"
 	"github.com/gpujob/gpujob/cli/nomadapi"
+	"github.com/gpujob/gpujob/cli/queues"
 )
 
 // Options is what the command's arguments and flags ask for.
@@ -41,7 +42,12 @@ driver stops each member's processes: SIGTERM, then SIGKILL after the grace
 period), then waits until none of the job's allocations is running, printing
 each member as it stops. --purge also removes the job from Nomad's state, so
 its name is free and it no longer shows in gpujob list; --detach returns once
-the job is deregistered. Checkpoints are kept.`,
+the job is deregistered. Checkpoints are kept.
+
+A job that went through a queue (queue mode, gpujob queue) has a record in
+Consul: stop deletes it first, so the admission controller neither starts a
+job still waiting in its queue (stop withdraws it, and there is nothing in
+Nomad to stop) nor queues a stopped one again.`,
 		Example: `  gpujob stop bert-finetune
   gpujob stop --purge bert-finetune
   gpujob stop --detach bert-finetune`,
@@ -61,10 +67,27 @@ func run(ctx context.Context, f *factory.Factory, o *Options, jobID string) erro
 	if err != nil {
 		return err
 	}
-	if _, err := gpujobs.LoadJob(nomad, jobID); err != nil {
-		return err
-	}
 	out := f.IO.Out
+	_, loadErr := gpujobs.LoadJob(nomad, jobID)
+	if loadErr != nil && !notFound(nomad, jobID) {
+		return loadErr
+	}
+	// The job's queue record goes first: once it is gone the admission
+	// controller neither admits the job nor requeues it after the stop.
+	withdrawn, err := queues.Stop(ctx, f, jobID, out)
+	switch {
+	case err != nil && loadErr != nil:
+		return fmt.Errorf("%w, and its queue record could not be read: %v", loadErr, err)
+	case err != nil:
+		fmt.Fprintf(f.IO.ErrOut, "warning: its queue record could not be read (%v); if it went through a queue, stop it again once Consul answers\n", err)
+	}
+	if loadErr != nil {
+		if withdrawn {
+			// The controller may have been registering it at that moment.
+			return queues.StopAdmittedMeanwhile(nomad, jobID, out)
+		}
+		return loadErr
+	}
 	evalID, err := nomad.Deregister(jobID, o.Purge)
 	if gpujobs.IsNotFound(err) {
 		return fmt.Errorf("job %q not found", jobID)
@@ -136,6 +159,12 @@ func Wait(ctx context.Context, nomad nomadapi.API, out io.Writer, jobID string) 
 		}
 		first = false
 	}
+}
+
+// notFound: Nomad has no job of that ID.
+func notFound(nomad nomadapi.API, jobID string) bool {
+	_, err := nomad.Job(jobID)
+	return gpujobs.IsNotFound(err)
 }
 
 // live: the allocation's task may still run. An allocation on a

@@ -2,10 +2,12 @@ package submit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
-	"regexp"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,9 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/internal/contract"
+	"github.com/gpujob/gpujob/internal/queue/admit"
 	"github.com/gpujob/gpujob/internal/queue/queuefile"
 	"github.com/gpujob/gpujob/internal/queue/queuekv"
 	"github.com/gpujob/gpujob/internal/testagent"
@@ -54,24 +58,168 @@ queue "team-b" {
 }
 `
 
+// realParse makes the fake Nomad parse a rendered jobspec with Nomad's own
+// parser (`nomad job run -output`, local): a queued job's record holds
+// the job as rendered, and the controller checks it.
+func realParse(t *testing.T, f *nomadapi.Fake) {
+	f.ParseHCLFunc = func(src, _ string) (*api.Job, error) {
+		p := filepath.Join(t.TempDir(), "job.nomad.hcl")
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(nomadBin(), "job", "run", "-output", p)
+		cmd.Env = append(os.Environ(), "NOMAD_ADDR=http://127.0.0.1:1")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s job run -output (make deps builds it): %v", nomadBin(), err)
+		}
+		var wrapped struct{ Job *api.Job }
+		return wrapped.Job, json.Unmarshal(out, &wrapped)
+	}
+}
+
+// nomadBin finds the Nomad binary the way scripts/lib.sh does.
+func nomadBin() string {
+	if b := os.Getenv("NOMAD_BIN"); b != "" {
+		return b
+	}
+	cache := os.Getenv("GPUJOB_CACHE_DIR")
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "gpujob")
+	}
+	return filepath.Join(cache, "nomad-1.6.3", "nomad")
+}
+
+// clearQueuedJobs removes the queued jobs' records and statuses a test
+// wrote.
+func clearQueuedJobs(t *testing.T) {
+	c := shared.Client(t)
+	t.Cleanup(func() {
+		_, _ = c.KV().DeleteTree(contract.QueueJobsPrefix+"/", nil)
+		_, _ = c.KV().DeleteTree(contract.QueueStatusPrefix+"/", nil)
+	})
+}
+
+// In queue mode (a configuration exists) submit registers nothing: it
+// writes the rendered job into its queue as a record the admission
+// controller accepts — --queue over the spec's queue, in the job's meta
+// too — and a second submission of the name is refused.
 func TestSubmitIntoAQueue(t *testing.T) {
 	applyQueues(t, teamQueues)
+	clearQueuedJobs(t)
 	f := cluster(t)
-	var rendered []string
-	parse := f.ParseHCLFunc
-	f.ParseHCLFunc = func(src, vars string) (*api.Job, error) {
-		rendered = append(rendered, src)
-		return parse(src, vars)
-	}
+	realParse(t, f)
 	spec := strings.Replace(goodSpec, "command", "queue = \"team-a\"\n  command", 1)
 	// The spec's team-a (quota 1, no borrowing) could never hold 2 GPUs;
-	// --queue team-b overrides it, and its meta says so.
+	// --queue team-b overrides it.
 	out, errOut, err := runCmd(t, f, "--detach", "--queue", "team-b", writeSpec(t, spec))
-	if err != nil || len(f.Registered) != 1 {
+	if err != nil || len(f.Registered) != 0 {
 		t.Fatalf("err %v, registered %d\n%s%s", err, len(f.Registered), out, errOut)
 	}
-	if len(rendered) != 1 || !regexp.MustCompile(contract.MetaQueue+`\s+= "team-b"`).MatchString(rendered[0]) {
-		t.Errorf("rendered job's meta lacks the queue:\n%s", rendered)
+	if !strings.Contains(out, "queued bert in team-b: 2 worker(s) × 1 GPU(s)") || !strings.Contains(out, "follow it: gpujob status bert") {
+		t.Errorf("output:\n%s", out)
+	}
+	kv, _, err := shared.Client(t).KV().Get(contract.QueueJobsPrefix+"/default/bert", nil)
+	if err != nil || kv == nil {
+		t.Fatalf("no record: %v", err)
+	}
+	rec, job, err := admit.DecodeJobRecord(kv.Value, time.Now())
+	if err != nil {
+		t.Fatalf("the controller would refuse the record: %v", err)
+	}
+	if rec.Queue != "team-b" || rec.Kind != admit.KindTrain || rec.Members != 2 || rec.PerMember.GPUs != 1 || rec.Priority != 0 ||
+		job.Meta[contract.MetaQueue] != "team-b" || job.Meta[contract.MetaRun] == "" || rec.SubmittedBy == "" {
+		t.Errorf("record %+v, meta %v", rec, job.Meta)
+	}
+	_, _, err = runCmd(t, f, "--detach", "--queue", "team-b", writeSpec(t, spec))
+	if err == nil || !strings.Contains(err.Error(), "job bert is already in queue team-b (waiting") || len(f.Registered) != 0 {
+		t.Fatalf("second submission: %v", err)
+	}
+	// -json: the outcome with the queue fields on stdout, progress on stderr.
+	out, errOut, err = runCmd(t, f, "--detach", "--json", writeSpec(t, strings.Replace(goodSpec, `train "bert"`, `train "bert2"`, 1)))
+	var res Result
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Job != "bert2" || !res.Queued || res.Outcome != "queued" || res.Queue == nil || res.Queue.Queue != "default" ||
+		res.Queue.State != "waiting" || res.Queue.GPUs != 2 || !strings.Contains(errOut, "queued bert2 in default") {
+		t.Errorf("result %+v %+v, stderr:\n%s", res, res.Queue, errOut)
+	}
+}
+
+// Without --detach submit follows the job's place in the queue until the
+// controller admits it, then the job as a direct submit does.
+func TestSubmitFollowsTheQueueThenTheJob(t *testing.T) {
+	applyQueues(t, teamQueues)
+	clearQueuedJobs(t)
+	f := cluster(t)
+	realParse(t, f)
+	c := shared.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	controller := make(chan error, 1)
+	go func() { controller <- fakeController(ctx, c, f) }()
+	out, errOut, err := runCmd(t, f, "--queue", "team-b", writeSpec(t, goodSpec))
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	if err := <-controller; err != nil {
+		t.Fatal(err)
+	}
+	// (Each step of the queue in its own line: cli/queues' TestAwaitAdmission.)
+	for _, want := range []string{"queued bert in team-b", "admitted by queue team-b",
+		"placed bert.train[0] on node gpu-1", "complete in"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// fakeController answers the first record that appears as the admission
+// controller would: queued at position 1, then admitted, registering the
+// job in the fake Nomad, whose two members then complete.
+func fakeController(ctx context.Context, c *consul.Client, f *nomadapi.Fake) error {
+	var index uint64
+	for {
+		pairs, meta, err := c.KV().List(contract.QueueJobsPrefix+"/", (&consul.QueryOptions{WaitIndex: index}).WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		index = meta.LastIndex
+		if len(pairs) == 0 {
+			continue
+		}
+		p := pairs[0]
+		rec, job, err := admit.DecodeJobRecord(p.Value, time.Now())
+		if err != nil {
+			return err
+		}
+		key := contract.QueueStatusPrefix + "/" + rec.Namespace + "/" + rec.ID
+		put := func(st admit.Status) error {
+			st.Format, st.RecordIndex = admit.Format, p.CreateIndex
+			b, err := admit.EncodeStatus(&st)
+			if err == nil {
+				_, err = c.KV().Put(&consul.KVPair{Key: key, Value: b}, nil)
+			}
+			return err
+		}
+		if err := put(admit.Status{State: admit.StateQueued, Position: 1, Reason: "1 job ahead"}); err != nil {
+			return err
+		}
+		job.Meta[contract.MetaAdmission] = admit.Marker(p.CreateIndex, 1)
+		if _, err := f.Register(job); err != nil {
+			return err
+		}
+		for i := range 2 {
+			f.SetAlloc(alloc(i, "complete"))
+		}
+		at := time.Now()
+		return put(admit.Status{State: admit.StateAdmitted, Admissions: 1, AdmittedAt: &at})
 	}
 }
 

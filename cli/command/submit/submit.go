@@ -48,6 +48,24 @@ type Options struct {
 	NoQueue bool
 	Detach  bool
 	Logs    bool
+	// JSON prints the outcome as one JSON object (Result) on stdout, the
+	// progress on stderr.
+	JSON bool
+}
+
+// Result is `gpujob submit -json`'s outcome.
+type Result struct {
+	Job       string `json:"job"`
+	Namespace string `json:"namespace"`
+	// Queued: the job went into its queue (queue mode) instead of being
+	// registered by submit.
+	Queued bool   `json:"queued"`
+	EvalID string `json:"eval_id,omitempty"`
+	// Outcome: registered or queued (--detach, or Ctrl-C while watching),
+	// complete, failed, refused (by the queue) or withdrawn (from it).
+	Outcome string `json:"outcome"`
+	// Queue is the job's queue fields as last seen (queue mode).
+	Queue *queues.Info `json:"queue,omitempty"`
 }
 
 // NewCmd returns the submit command.
@@ -66,19 +84,33 @@ or the default queue: when a queue configuration exists (gpujob queue), submit
 refuses a queue that does not exist and a job its queue could never hold,
 before anything is registered.
 
-If the cluster cannot place every worker now, submit says why
-in plain words and queues the job (Nomad places it when GPUs free up), or,
-with --no-queue, registers nothing and exits 2.
+Queue mode: when a queue configuration exists, submit registers nothing in
+Nomad. It writes the rendered job into its queue (a record in Consul under
+gpujob/queues/jobs/NAMESPACE/JOB) and the admission controller registers it
+once every member can be placed at once. Submit prints the job's place as
+the controller reports it ("queued in team-a (position 2): 1 job ahead; …,
+estimated start …") and follows it until admitted, then follows the job as
+below. --detach returns once the job is queued; Ctrl-C leaves it queued.
+gpujob stop JOB withdraws it. A job of that name already queued, or live in
+Nomad, is refused.
+
+Without a queue configuration, if the cluster cannot place every worker now,
+submit says why in plain words and registers the job anyway (Nomad places it
+when GPUs free up), or, with --no-queue, registers nothing and exits 2.
 
 Then it follows the job: placement, each rendezvous round, restarts, and the
 end, with the training result. The exit code is the job's outcome: 0 when
-every worker succeeded, 1 when it failed. --detach returns once the job is
-registered; Ctrl-C stops watching and leaves the job running.`,
+every worker succeeded, 1 when it failed (or the queue refused it). --detach
+returns once the job is registered; Ctrl-C stops watching and leaves the job
+running. -json prints the outcome as one JSON object (job, namespace,
+queued, outcome, and in queue mode the queue fields: state, position,
+reason, estimated_start, …), with the progress on stderr.`,
 		Example: `  gpujob submit jobspecs/examples/bert-finetune.hcl
   gpujob submit -var workers=4 -var workload=$PWD/jobspecs/workloads/bert_finetune.py jobspecs/examples/bert-finetune.hcl
   gpujob submit --queue team-a train.hcl
   gpujob submit --no-queue --detach train.hcl
-  gpujob submit --logs train.hcl      # progress and every worker's output`,
+  gpujob submit --logs train.hcl      # progress and every worker's output
+  gpujob submit --detach -json train.hcl | jq .queue`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -88,7 +120,16 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 					return fmt.Errorf("--queue: %w", err)
 				}
 			}
-			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error { return run(ctx, f, o, o.Path) })
+			return cmdutil.Run(cmd.Context(), o, runF, func(ctx context.Context) error {
+				res := &Result{Namespace: queues.Namespace(f.Namespace)}
+				err := run(ctx, f, o, o.Path, res)
+				if o.JSON && res.Outcome != "" {
+					if jerr := gpujobs.PrintJSON(f.IO.Out, res); jerr != nil && err == nil {
+						err = jerr
+					}
+				}
+				return err
+			})
 		},
 	}
 	gpujobs.AddSpecFlags(cmd, &o.Vars, &o.VarFiles)
@@ -97,11 +138,15 @@ registered; Ctrl-C stops watching and leaves the job running.`,
 	cmd.Flags().BoolVar(&o.NoQueue, "no-queue", false, "fail (exit 2) instead of queueing when the job cannot be placed now")
 	cmd.Flags().BoolVar(&o.Detach, "detach", false, "return once the job is registered")
 	cmd.Flags().BoolVar(&o.Logs, "logs", false, "also stream every worker's stdout while watching")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the outcome as JSON (with the queue fields in queue mode); progress goes to stderr")
 	return cmd
 }
 
-func run(ctx context.Context, f *factory.Factory, o *Options, path string) error {
+func run(ctx context.Context, f *factory.Factory, o *Options, path string, res *Result) error {
 	out := f.IO.Out
+	if o.JSON {
+		out = f.IO.ErrOut
+	}
 	ro, err := gpujobs.RenderOptions(o.CheckpointRoot)
 	if err != nil {
 		return &ExitError{Code: 1, Err: err}
@@ -145,12 +190,20 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 	}
 	gang := policy.Job{ID: t.Name, Queue: t.Queue, Kind: policy.KindTrain, Priority: t.Priority, Members: t.Workers,
 		PerMember: policy.Resources{GPUs: t.GPUsPerWorker, CPUMHz: t.WorkerCPU(), MemoryMB: t.WorkerMemoryMiB()}}
-	if err := queues.CheckSubmit(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut); err != nil {
+	queued, err := queues.CheckSubmitMode(ctx, func() (queuekv.Store, error) { return queues.Open(f) }, gang, nodes, f.IO.ErrOut)
+	if err != nil {
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w; nothing was submitted", path, err)}
 	}
 	job, err := nomad.ParseHCL(string(hcl), "")
 	if err != nil {
 		return err
+	}
+	if queued {
+		// A job still in its queue (or preempted, to be queued again)
+		// is refused before anything of it is touched.
+		if err := stillQueued(ctx, f, job, t.Name); err != nil {
+			return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w; nothing was submitted", path, err)}
+		}
 	}
 	if err := replaceFinished(nomad, out, t.Name); err != nil {
 		return err
@@ -172,10 +225,16 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 		fmt.Fprintf(out, "%s cannot be placed now: %s\n", t.Name, why)
 		return &ExitError{Code: ExitNotPlaced, Err: errors.New("not placed (--no-queue): nothing was registered")}
 	}
+	res.Job = t.Name
+	if queued {
+		res.Queued = true
+		return submitQueued(ctx, f, o, t, job, why, out, res)
+	}
 	reg, err := nomad.Register(job)
 	if err != nil {
 		return err
 	}
+	res.EvalID, res.Outcome = reg.EvalID, "registered"
 	fmt.Fprintf(out, "submitted %s: %d worker(s) × %d GPU(s), evaluation %s\n", t.Name, t.Workers, t.GPUsPerWorker, short(reg.EvalID))
 	if why != "" {
 		fmt.Fprintf(out, "queued: %s\n", why)
@@ -195,8 +254,10 @@ func run(ctx context.Context, f *factory.Factory, o *Options, path string) error
 		return err
 	}
 	if !outcome.ok {
+		res.Outcome = "failed"
 		return &ExitError{Code: 1, Err: fmt.Errorf("job %s failed: %s", t.Name, outcome.reason)}
 	}
+	res.Outcome = "complete"
 	return nil
 }
 

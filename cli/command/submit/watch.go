@@ -29,6 +29,10 @@ type watcher struct {
 	since uint64
 	now   func() time.Time
 	logs  bool // stream each member's stdout as well
+	// requeued, when set, is asked once every allocation has ended: true
+	// when the queue preempted the job (it is queued again), so its end
+	// is not the job's outcome.
+	requeued func() bool
 
 	streams sync.WaitGroup
 	stop    context.CancelFunc
@@ -52,6 +56,8 @@ type memberSeen struct {
 type outcome struct {
 	ok     bool
 	reason string
+	// requeued: the queue preempted the job; it waits to be admitted again.
+	requeued bool
 }
 
 func (w *watcher) run(ctx context.Context) (outcome, error) {
@@ -88,6 +94,9 @@ func (w *watcher) run(ctx context.Context) (outcome, error) {
 			stop()
 			w.streams.Wait()
 			w.catchUp(ctx)
+			if w.requeued != nil && w.requeued() {
+				return outcome{requeued: true}, nil
+			}
 			w.result(ctx, allocs, o)
 			return o, nil
 		}
