@@ -67,6 +67,9 @@ type Result struct {
 	Admitted, Preempted, Requeued, Finished []string
 	// Partial are the admitted gangs stopped by the partial-gang guard.
 	Partial []string
+	// Withdrawn are jobs withdrawn while being admitted whose registered
+	// job the round stopped.
+	Withdrawn []string
 	// Transactions counts the Consul transactions the round wrote.
 	Transactions int
 	// Waiting are the queued jobs by name, with their status.
@@ -342,7 +345,11 @@ func (r *round) load() error {
 		e := r.entries[name]
 		if e == nil {
 			// Its record was withdrawn, or finished and deleted: the status
-			// goes too.
+			// goes too, once a registration it was in the middle of is
+			// undone.
+			if err := r.undoWithdrawn(name, p.Value); err != nil {
+				return err
+			}
 			orphans = append(orphans, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: p.Key, Index: p.ModifyIndex}})
 			if len(orphans) == maxTxnOps-1 {
 				if err := r.txn(orphans); err != nil {
@@ -381,6 +388,36 @@ func (r *round) load() error {
 			e.st = &Status{Format: Format, State: StateQueued, RecordIndex: e.createIndex}
 		}
 	}
+	return nil
+}
+
+// undoWithdrawn stops the Nomad job of a status whose record is gone when
+// the status says a registration was under way (Admitting) and Nomad has
+// the job of that admission: the job was withdrawn (gpujob stop, which
+// saw it queued) while the controller registered it, and must not run.
+// A status without an intent is left to whoever withdrew the record: an
+// admitted job's stop stops it in Nomad itself.
+func (r *round) undoWithdrawn(name string, value []byte) error {
+	st, err := DecodeStatus(value)
+	if err != nil || st.Admitting == 0 {
+		return nil
+	}
+	ns, id, _ := strings.Cut(name, "/")
+	info, err := r.c.Nomad.Job(r.ctx, ns, id)
+	if err != nil {
+		return fmt.Errorf("reading job %s: %w", name, err)
+	}
+	if info == nil || info.Stop {
+		return nil
+	}
+	if ri, _, ok := parseMarker(info.Meta[contract.MetaAdmission]); !ok || ri != st.RecordIndex {
+		return nil // another submission's job of the same name
+	}
+	if err := r.c.Nomad.Stop(r.ctx, ns, id); err != nil {
+		return fmt.Errorf("stopping job %s (withdrawn while being admitted): %w", name, err)
+	}
+	r.c.logf("%s: withdrawn while being admitted: stopped the job registered for it", name)
+	r.res.Withdrawn = append(r.res.Withdrawn, name)
 	return nil
 }
 
@@ -591,7 +628,9 @@ func (r *round) admit(a policy.Admission) error {
 	n := st.Admissions + 1
 	marker := e.marker(n)
 	st.Admitting = n
-	if err := r.write(e); err != nil {
+	// Guarded by the record: a job withdrawn (gpujob stop) since the
+	// round read it gets no intent, and the round starts over.
+	if err := r.writeGuarded(e); err != nil {
 		return err
 	}
 	info, err := c.Nomad.Job(ctx, e.rec.Namespace, e.rec.ID)
@@ -610,6 +649,16 @@ func (r *round) admit(a policy.Admission) error {
 			r.res.Waiting[e.name] = st
 			c.logf("%s: not registered: %s", e.name, why)
 			return r.write(e)
+		}
+		// The plan took a while: a stop may have withdrawn the job since.
+		// Read its record once more, consistently, just before Nomad
+		// gets it. What still slips between this read and Register is
+		// caught by the guarded write below and the next round's load.
+		if gone, err := r.withdrawn(e); err != nil {
+			return err
+		} else if gone {
+			c.logf("%s: withdrawn while being admitted: not registered", e.name)
+			return nil
 		}
 		var index uint64
 		if info != nil {
@@ -634,7 +683,10 @@ func (r *round) admit(a policy.Admission) error {
 	if a.BorrowedGPUs > 0 {
 		st.Reason = strings.TrimPrefix(st.Reason+fmt.Sprintf("; borrows %d GPUs of its cohort's idle quota", a.BorrowedGPUs), "; ")
 	}
-	if err := r.write(e); err != nil {
+	// Guarded by the record: when the job was withdrawn after the read
+	// above, the status keeps its intent (Admitting) and the next round's
+	// load stops the job it finds registered under it.
+	if err := r.writeGuarded(e); err != nil {
 		return err
 	}
 	c.logf("%s: admitted (admission %d)", e.name, n)
@@ -764,6 +816,39 @@ func (r *round) write(e *entry) error {
 	}
 	e.stored = b
 	return nil
+}
+
+// writeGuarded is write, in a transaction that also checks that e's job
+// record is still the one the round read (not withdrawn, not replaced).
+func (r *round) writeGuarded(e *entry) error {
+	b, err := EncodeStatus(e.st)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	results, err := r.txnResults(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: e.key, Index: e.modifyIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	for _, res := range results {
+		if res.KV != nil && res.KV.Key == e.statusKey {
+			e.statusIndex = res.KV.ModifyIndex
+		}
+	}
+	e.stored = b
+	return nil
+}
+
+// withdrawn reads e's job record again, consistently: true when it is
+// gone or is another record of the same name.
+func (r *round) withdrawn(e *entry) (bool, error) {
+	p, _, err := r.c.Consul.KV().Get(e.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(r.ctx))
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", e.key, err)
+	}
+	return p == nil || p.CreateIndex != e.createIndex, nil
 }
 
 func (r *round) txn(ops api.TxnOps) error {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/queue/policy"
 	"github.com/gpujob/gpujob/internal/queue/queuekv"
@@ -367,5 +369,63 @@ func TestHelperJobsAreOutsideTheQueues(t *testing.T) {
 	// node, whatever its queue says.
 	if st := f.status("default/big"); st.State == StateAdmitted {
 		t.Fatalf("admitted onto GPUs a helper holds: %+v", st)
+	}
+}
+
+// A job withdrawn (gpujob stop deletes its record, check-and-set) while the
+// controller is admitting it never runs: withdrawn before Register, it is
+// not registered; withdrawn after, the round's last write fails on the
+// record's check and the next round stops the job it registered.
+func TestAJobWithdrawnWhileBeingAdmittedDoesNotRun(t *testing.T) {
+	for _, at := range []string{"after plan", "after register"} {
+		t.Run(at, func(t *testing.T) {
+			f := newFixture(t, 2, 4)
+			f.lead(f.c)
+			f.submit(recordOf(jobOf("default", "gang", "", 2, 4), 0, t0))
+			key := JobKey(f.c.jobsPrefix(), "default", "gang")
+			withdraw := func(string) {
+				p, _, err := f.client.KV().Get(key, nil)
+				if err != nil || p == nil {
+					t.Errorf("reading the record to withdraw it: %v, %v", p, err)
+					return
+				}
+				if ok, _, err := f.client.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: p.ModifyIndex}, nil); !ok || err != nil {
+					t.Errorf("withdrawing: %v, %v", ok, err)
+				}
+			}
+			if at == "after plan" {
+				f.nomad.onPlan = withdraw
+			} else {
+				f.nomad.onRegister = withdraw
+			}
+			_, err := f.c.Reconcile(ctxOf(t))
+			f.nomad.onPlan, f.nomad.onRegister = nil, nil
+			if at == "after register" && err == nil {
+				t.Fatal("the round recorded an admission of a withdrawn job")
+			}
+			res := f.reconcile(f.c)
+			j := f.nomad.jobs["default/gang"]
+			switch at {
+			case "after plan":
+				if j != nil {
+					t.Fatalf("registered a job withdrawn before its registration: %+v", j.job.Meta)
+				}
+			case "after register":
+				if j == nil || !j.stop {
+					t.Fatalf("the job registered as it was withdrawn still runs (result %+v)", res)
+				}
+				if len(res.Withdrawn) != 1 {
+					t.Errorf("withdrawn %v, want the gang", res.Withdrawn)
+				}
+			}
+			if st := f.status("default/gang"); st != nil {
+				t.Errorf("a status outlived its withdrawn record: %+v", st)
+			}
+			// Nothing more happens to it.
+			f.reconcile(f.c)
+			if n := f.nomad.registered("default/gang"); n > 1 {
+				t.Errorf("registered %d times", n)
+			}
+		})
 	}
 }
