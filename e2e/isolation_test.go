@@ -531,7 +531,7 @@ for p in started:
 	out := c.taskLog(t, a.ID, "train", "stdout")
 	var started, failed int
 	if _, err := fmt.Sscanf(lastLine(out, "started "), "started %d failed %d", &started, &failed); err != nil {
-		t.Fatalf("the rank's report: %v\n%s\n%s", err, out, c.events(t, a.ID))
+		t.Fatalf("the rank's report: %v\n%s\nstderr:\n%s\n%s", err, out, c.taskLog(t, a.ID, "train", "stderr"), c.events(t, a.ID))
 	}
 	if started >= isolationPidsLimit || failed == 0 {
 		t.Errorf("the rank started %d of 1000 processes (%d refused), want the rest refused past pids_limit %d", started, failed, isolationPidsLimit)

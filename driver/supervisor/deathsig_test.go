@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(helperEnv); dir != "" {
 		os.Exit(helperSupervisor(dir))
 	}
+	if v := os.Getenv(spentPidsEnv); v != "" {
+		os.Exit(helperSpentPids(v))
+	}
 	if os.Getenv(openDevicesEnv) != "" {
 		os.Exit(helperOpenDevices(os.Args[1:]))
 	}

@@ -60,6 +60,9 @@ func Main(specPath string) int {
 	// Before any rank starts, close the node's other GPUs to them; the
 	// deferred cleanup runs after Run has reaped every rank.
 	if spec.PidsLimit != nil {
+		// The ranks may spend the whole allowance: the threads this
+		// process will need are started now (threads.go).
+		reserveThreads(reservedThreads(spec.NProcPerNode, spec.PidsLimit.Max))
 		cleanup, err := limitPids(spec.PidsLimit)
 		if err != nil {
 			// Refused rather than run unbounded: the limit is the
