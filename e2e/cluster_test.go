@@ -143,15 +143,15 @@ var consulHA = &sharedCluster{what: "the 3-server-Consul cluster",
 	opts:  clusterOptions{clients: 1, gpus: fakeGPUsPerClient, offset: 16000, consulServers: 3, dynPorts: 30400},
 	users: []string{"TestChaos", "TestFaultConsulLeaderKilled"}}
 
-// pair is the cluster of the tests that lose a machine: two clients of two
-// GPUs each. Each test brings its lost client back (loseMachineFor). Its
+// pair is the cluster of the tests that lose a machine, and of the queue's
+// gang test (a gang across machines): two clients of two GPUs each. Each test brings its lost client back (loseMachineFor). Its
 // Nomad server gives a client 3 s of heartbeat TTL and 3 s of grace (Nomad:
 // 10 s and 10 s, and a TTL of up to twice its minimum), so a lost machine is
 // down in 6-9 s rather than 20-30: the tests wait on that.
 var pair = &sharedCluster{what: "the two-client cluster",
 	opts: clusterOptions{clients: 2, gpus: 2, offset: 12000, dynPorts: 28600,
 		serverExtra: "  heartbeat_grace   = \"3s\"\n  min_heartbeat_ttl = \"3s\""},
-	users: []string{"TestFaultNodeLost", "TestSweepNodeLost"}}
+	users: []string{"TestFaultNodeLost", "TestSweepNodeLost", "TestQueueGangHoldsNoGPUsIdle"}}
 
 // pairCluster returns the shared two-client cluster.
 func pairCluster(t *testing.T) *cluster { return pair.get(t) }
