@@ -24,7 +24,7 @@ var secure = &sharedCluster{what: "the ACL and TLS cluster",
 		"TestSecurityCLIWithoutTokenIsRefused", "TestSecurityForgedAndExpiredTokens", "TestSecurityDriverTokenIsConfinedToItsPrefix",
 		"TestServiceWithACLsAndTLS", "TestSweepWithACLsAndTLS", "TestTenancyNamespacesHoldInConsul",
 		"TestTenancyControllerRefusesATamperedTemplate", "TestTenancyTrialFloodMakesBoundedConsulWrites",
-		"TestTenancyExporterServesWithACLsAndTLS"}}
+		"TestTenancyExporterServesWithACLsAndTLS", "TestQueueWithACLsAndTLS"}}
 
 func secureCluster(t *testing.T) *cluster { return secure.get(t) }
 

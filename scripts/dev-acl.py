@@ -8,17 +8,21 @@
       made for it: the agents' own (a node identity each; NODE... are the
       agents' node names, in the order of their secrets), the Nomad agents',
       the task driver's, a gpujob user's for the sweeps and for the services
-      of the namespace "default", the gateways', the exporters'.
+      of the namespace "default", the gateways', the exporters', the queues'
+      (an operator's, a user's, the admission controller's).
   dev-acl.py nomad STATE_DIR NOMAD_URL POLICY_DIR
       Bootstraps Nomad's ACLs with the management secret dev-up made,
       applies the Nomad policies in POLICY_DIR, and creates the submit,
-      read-only, gateway and exporter tokens (Nomad picks their secrets;
+      read-only, gateway, exporter and queue controller tokens (Nomad picks their secrets;
       they are saved).
   dev-acl.py gateway STATE_DIR NOMAD_URL ACL TLS
       Writes the gateways' tokens (ACL 1) and TLS material (TLS 1) into the
       Nomad variable nomad/jobs/gpujob-gateway.
   dev-acl.py exporter STATE_DIR NOMAD_URL ACL TLS
       The same for the exporters: nomad/jobs/gpujob-exporter.
+  dev-acl.py queue-controller STATE_DIR NOMAD_URL ACL TLS
+      The same for the queue's admission controller:
+      nomad/jobs/gpujob-queue-controller.
 
 POLICY_DIR holds the policies as `gpujob acl policy NAME --namespace default`
 prints them, in NAME.hcl (dev-up renders them): those of a namespace's users
@@ -106,6 +110,10 @@ def consul(state, url, policy_dir, nodes):
         "gpujob-services": ("consul-services", "gpujob user in namespace default: service deploy, status, stop; tokens"),
         "gpujob-gateway": ("consul-gateway", "gpujob gateways: routes, tokens, health, load reports"),
         "gpujob-exporter": ("consul-exporter", "gpujob exporters: read the sweeps"),
+        "gpujob-queues": ("consul-queues", "gpujob operators: apply queue files"),
+        "gpujob-queues-read": ("consul-queues-read", "gpujob users: read the queue configuration"),
+        "gpujob-queue-submit": ("consul-queue-submit", "gpujob user in namespace default: queue jobs, read their statuses"),
+        "gpujob-queue-controller": ("consul-queue-controller", "gpujob queue admission controller: the queue state"),
     }
     for name, (policy, desc) in policies.items():
         rules = read(os.path.join(policy_dir, policy + ".hcl"))
@@ -128,11 +136,15 @@ def consul(state, url, policy_dir, nodes):
         ("consul-services", "gpujob-services", "gpujob user: services (CONSUL_HTTP_TOKEN)"),
         ("consul-gateway", "gpujob-gateway", "gpujob gateways (the variable nomad/jobs/gpujob-gateway)"),
         ("consul-exporter", "gpujob-exporter", "gpujob exporters (the variable nomad/jobs/gpujob-exporter)"),
+        ("consul-queues", "gpujob-queues", "gpujob operator: queue files (CONSUL_HTTP_TOKEN)"),
+        ("consul-queue-user", "gpujob-queue-submit gpujob-queues-read", "gpujob user: queued jobs (CONSUL_HTTP_TOKEN)"),
+        ("consul-queue-controller", "gpujob-queue-controller",
+         "gpujob queue controller (the variable nomad/jobs/gpujob-queue-controller)"),
     ]:
         api.retry("creating the Consul token " + secret_name, "PUT", "/v1/acl/token", {
             "SecretID": read(os.path.join(secrets, secret_name + ".token")),
             "Description": desc,
-            "Policies": [{"Name": policy}],
+            "Policies": [{"Name": p} for p in policy.split()],
         })
 
 
@@ -147,13 +159,15 @@ def nomad(state, url, policy_dir):
         "gpujob-readonly": ("nomad-readonly", "gpujob in namespace default: gpus, status, list and logs, read only"),
         "gpujob-gateway": ("nomad-gateway", "gpujob gateways: scale services"),
         "gpujob-exporter": ("nomad-exporter", "gpujob exporters: read nodes, jobs, allocations, logs"),
+        "gpujob-queue-controller": ("nomad-queue-controller", "gpujob queue controller: read and register jobs"),
     }
     for name, (policy, desc) in policies.items():
         rules = read(os.path.join(policy_dir, policy + ".hcl"))
         api.retry("creating the Nomad policy " + name, "POST", "/v1/acl/policy/" + name,
                   {"Name": name, "Description": desc, "Rules": rules})
     for secret_name, policy in [("nomad-submit", "gpujob-submit"), ("nomad-readonly", "gpujob-readonly"),
-                                ("nomad-gateway", "gpujob-gateway"), ("nomad-exporter", "gpujob-exporter")]:
+                                ("nomad-gateway", "gpujob-gateway"), ("nomad-exporter", "gpujob-exporter"),
+                                ("nomad-queue-controller", "gpujob-queue-controller")]:
         tok = api.retry("creating the Nomad token " + secret_name, "POST", "/v1/acl/token",
                         {"Name": secret_name, "Type": "client", "Policies": [policy]})
         save(secrets, secret_name, tok["SecretID"], "X-Nomad-Token")
@@ -205,6 +219,28 @@ def exporter(state, url, acl, tls):
               {"Namespace": "default", "Path": path, "Items": items})
 
 
+def queue_controller(state, url, acl, tls):
+    """Writes the queue admission controller's tokens and TLS material into
+    the Nomad variable nomad/jobs/gpujob-queue-controller, which its job
+    reads (gpujob queue apply renders it so with ACLs or TLS): the
+    exporters' way."""
+    secrets = os.path.join(state, "secrets")
+    api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
+    items = {}
+    if acl == "1":
+        api.token = read(os.path.join(secrets, "nomad-management.token"))
+        items["consul_token"] = read(os.path.join(secrets, "consul-queue-controller.token"))
+        items["nomad_token"] = read(os.path.join(secrets, "nomad-queue-controller.token"))
+    if tls == "1":
+        t = os.path.join(state, "tls")
+        for item, f in [("consul_ca_pem", "consul-ca.pem"), ("consul_cert_pem", "consul-cli.pem"),
+                        ("consul_key_pem", "consul-cli-key.pem")]:
+            items[item] = read(os.path.join(t, f)) + "\n"
+    path = "nomad/jobs/gpujob-queue-controller"
+    api.retry("writing the variable " + path, "PUT", "/v1/var/" + path,
+              {"Namespace": "default", "Path": path, "Items": items})
+
+
 def main(argv):
     if len(argv) >= 5 and argv[1] == "consul":
         consul(argv[2], argv[3], argv[4], argv[5:])
@@ -214,6 +250,8 @@ def main(argv):
         gateway(argv[2], argv[3], argv[4], argv[5])
     elif len(argv) == 6 and argv[1] == "exporter":
         exporter(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) == 6 and argv[1] == "queue-controller":
+        queue_controller(argv[2], argv[3], argv[4], argv[5])
     else:
         sys.exit(__doc__)
 

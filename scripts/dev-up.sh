@@ -374,6 +374,17 @@ if ((acl || tls)) && ((exporter)) && ! id gpujob-exporter >/dev/null 2>&1; then
 			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-exporter" >&2
 	fi
 fi
+# So does the queue's admission controller, with ACLs or TLS
+# (cli/render.DefaultQueueControllerUser), once `gpujob queue apply` starts it.
+if ((acl || tls)) && ! id gpujob-queue >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
+		useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin gpujob-queue ||
+			die "could not create the user gpujob-queue (the queue controller's user with ACLs or TLS)"
+	else
+		echo "dev-up: warning: no user gpujob-queue: with ACLs or TLS, the queue controller runs as it; create it as root:" \
+			"useradd --system --no-create-home --shell /usr/sbin/nologin gpujob-queue" >&2
+	fi
+fi
 # With ACLs the gateways hold tokens too: a user of their own, for the same
 # reason (cli/render.DefaultGatewayUser).
 if ((acl && gateway)) && ! id gpujob-gateway >/dev/null 2>&1; then
@@ -523,6 +534,12 @@ if ((acl)); then
 	save_secret consul-gateway "$(new_secret)"
 	# The exporters' (read the sweeps).
 	save_secret consul-exporter "$(new_secret)"
+	# The queues: who applies queue files (write the configuration), a
+	# user's (queue jobs of the namespace "default", read the
+	# configuration), the admission controller's.
+	save_secret consul-queues "$(new_secret)"
+	save_secret consul-queue-user "$(new_secret)"
+	save_secret consul-queue-controller "$(new_secret)"
 	# Nomad's bootstrap token; the submit and read-only tokens are made by
 	# Nomad (scripts/dev-acl.py saves them).
 	save_secret nomad-management "$(new_secret)"
@@ -536,6 +553,9 @@ if ((acl)); then
 		"$dir/bin/gpujob" acl policy "$policy" --namespace default >"$dir/acl/$policy.hcl" ||
 			die "gpujob acl policy $policy failed"
 	done
+	# The users' read of the queue configuration.
+	"$dir/bin/gpujob" acl policy consul-queues --read-only >"$dir/acl/consul-queues-read.hcl" ||
+		die "gpujob acl policy consul-queues --read-only failed"
 fi
 if ((tls)); then make_certs; fi
 
@@ -1175,6 +1195,14 @@ if ((exporter)) && [ -x "$dir/bin/gpujob" ]; then
 		fail nomad-server "registering the exporter job failed: $(cat "$dir/logs/exporter-register.log")"
 	wait_for "the gpujob exporters in Consul" nomad-client-1 exporters_healthy
 fi
+# ---- the queue's admission controller ----------------------------------------------
+# `gpujob queue apply` starts it (a Nomad job); with ACLs or TLS it reads its
+# tokens and Consul's TLS material from the variable
+# nomad/jobs/gpujob-queue-controller, which an operator writes once: here.
+if ((acl || tls)) && [ -x "$dir/bin/gpujob" ]; then
+	GPUJOB_DEV_ACL_TIMEOUT=$((deadline - SECONDS)) "$py" "$here/dev-acl.py" queue-controller "$dir" "$nomad_addr" "$acl" "$tls" ||
+		fail nomad-server "writing the queue controller's variable failed"
+fi
 startup=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
@@ -1241,6 +1269,8 @@ EOF
 # are in $secrets (NAME.token): nomad-readonly, nomad-management,
 # consul-management, ... The consul CLI has none by default; for example
 #   CONSUL_HTTP_TOKEN_FILE=$secrets/consul-management.token consul members
+# Queues: CONSUL_HTTP_TOKEN_FILE=$secrets/consul-queues.token for gpujob queue
+# apply, consul-queue-user.token to submit into the queues.
 export NOMAD_TOKEN='$(token_of nomad-submit)'
 export GPUJOB_DEV_SECRETS='$secrets'
 EOF

@@ -117,8 +117,10 @@ func controllerSpec(f *factory.Factory, nomad nomadapi.API, o controllerJob, w i
 			}
 		}
 	} else if v, err := nomad.Variable(render.QueueControllerVariable); err == nil && v == nil {
-		fmt.Fprintf(w, "warning: queue controller: no variable %s: the controller reads its tokens there; "+
-			"put them (nomad var put %s nomad_token=... consul_token=...; policies: gpujob acl policy nomad-queue-controller, "+
+		// Nomad answers "not found" too for a variable this token may not
+		// read: the warning says both.
+		fmt.Fprintf(w, "warning: queue controller: no variable %s, or this Nomad token may not read it: the controller reads its tokens there; "+
+			"an operator puts them (nomad var put %s nomad_token=... consul_token=...; policies: gpujob acl policy nomad-queue-controller, "+
 			"consul-queue-controller)\n", render.QueueControllerVariable, render.QueueControllerVariable)
 	}
 	spec := render.QueueController{Binary: bin, User: o.user, Count: o.count, Env: env, Secrets: secrets}
