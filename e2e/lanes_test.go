@@ -251,7 +251,7 @@ func (s *scheduler) dropLocked(w *claimant) {
 // e2eUsers are the Unix users of the tests' tenants (ensureTenants) and of
 // the clusters' own jobs with ACLs or TLS (scripts/dev-up.sh makes them too,
 // when they are missing).
-var e2eUsers = []string{tenantAUser, tenantBUser, "gpujob-sweep", "gpujob-exporter", "gpujob-gateway"}
+var e2eUsers = []string{tenantAUser, tenantBUser, "gpujob-sweep", "gpujob-exporter", "gpujob-gateway", "gpujob-queue"}
 
 // makeUsers makes the users that do not exist, as root; not as root it does
 // nothing (the tests that need them need root and say so).
