@@ -36,9 +36,9 @@ func LatencyBounds() []float64 {
 // Stats is the admission controller's counters, per queue, at
 // <state prefix>/stats (contract.QueueStatsKey). The leader writes it in
 // the same transaction as the status changes it counts, so each change is
-// counted exactly once across crashes and leader changes (controller.go:
-// tally). Only the controller's token writes there; readers (the
-// exporter) still decode it strictly (DecodeStats).
+// counted exactly once across crashes and leader changes (tally.go). Only
+// the controller's token writes there; readers (the exporter) still decode
+// it strictly (DecodeStats).
 type Stats struct {
 	Format int `json:"format"`
 	// Queues are the counters by queue name (or UndeclaredQueue).
