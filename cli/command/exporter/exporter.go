@@ -111,11 +111,11 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 		Help: "Requests the exporter made to Nomad and Consul, by endpoint.",
 	}, []string{"endpoint"})
 	cfg := observe.Config{Nomad: creds.nomad, NodeID: o.node, LossInterval: o.lossInterval,
-		Requests: func(e string) { requests.WithLabelValues(e).Inc() }}
+		Requests: func(e string) { requests.WithLabelValues(e).Inc() }, Logf: logger.Printf}
 	if creds.consulErr == nil {
 		cfg.Consul = creds.consul
 	} else {
-		logger.Printf("no sweeps: %v", creds.consulErr)
+		logger.Printf("no sweeps and no queues: %v", creds.consulErr)
 	}
 	w := observe.NewWatcher(cfg)
 	elect := clusterRole(o.cluster, w)

@@ -346,7 +346,7 @@ func (r *round) load() error {
 		}
 		e := &entry{name: name, key: p.Key, createIndex: p.CreateIndex, modifyIndex: p.ModifyIndex, statusKey: c.statusPrefix() + "/" + name}
 		e.rec, e.job, e.invalid = DecodeJobRecord(p.Value, r.now)
-		e.queue = recordQueue(e.rec, p.Value)
+		e.queue = RecordQueue(e.rec, p.Value)
 		if e.invalid == nil && e.rec.Name() != name {
 			e.invalid = fmt.Errorf("the record names job %s, its key %s", e.rec.Name(), name)
 		}

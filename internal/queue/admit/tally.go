@@ -156,10 +156,12 @@ func (r *round) statsQueue(e *entry) string {
 	return UndeclaredQueue
 }
 
-// recordQueue is a record's queue ("" the default one). An invalid record
-// still counts in the queue it names, when it names a valid one, so its
-// refusal shows there; one that names none readable is undeclared.
-func recordQueue(rec *JobRecord, raw []byte) string {
+// RecordQueue is the queue of a record (rec as decoded, nil when it could
+// not be; raw as stored), as the controller's counters count it: the
+// default queue when it names none. An invalid record still counts in the
+// queue it names, when it names a valid one, so its refusal shows there;
+// one that names none readable is UndeclaredQueue's.
+func RecordQueue(rec *JobRecord, raw []byte) string {
 	if rec != nil {
 		return orDefault(rec.Queue, policy.DefaultQueue)
 	}
