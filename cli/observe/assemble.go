@@ -42,6 +42,9 @@ type Inputs struct {
 	// NodeID limits the nodes to one ("" all).
 	NodeID string
 	Now    time.Time
+	// Queues are the queues' records (nil: none read, or no queue
+	// configuration).
+	Queues *QueueRecords
 }
 
 // StatsNodes is the nodes whose stats a snapshot needs: the ready ones
@@ -153,6 +156,7 @@ func Assemble(in Inputs) *Snapshot {
 		return s.Jobs[i].ID < s.Jobs[k].ID
 	})
 	sort.Slice(s.Queue, func(i, k int) bool { return s.Queue[i].Since.Before(s.Queue[k].Since) })
+	s.Queues = SummarizeQueues(in.Queues, in.Jobs, in.Allocs)
 	sort.Slice(s.Sweeps, func(i, k int) bool {
 		if s.Sweeps[i].Namespace != s.Sweeps[k].Namespace {
 			return s.Sweeps[i].Namespace < s.Sweeps[k].Namespace

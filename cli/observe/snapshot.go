@@ -1,12 +1,13 @@
 // Package observe reads the state of a gpujob cluster into one Snapshot:
 // every GPU with its stats and the allocation holding it, every training
 // job with its members, ranks, restarts and losses, the jobs waiting for
-// GPUs, and the sweeps. The Prometheus exporter (cli/observe/metrics),
+// GPUs, the queues (their quotas, use, waiting jobs and the admission
+// controller's counters), and the sweeps. The Prometheus exporter (cli/observe/metrics),
 // `gpujob top` and `gpujob status` all read it, so they show the same
 // numbers from the same requests.
 //
-// A Watcher keeps the slow-changing parts (nodes, allocations, jobs, sweeps)
-// current with blocking queries and reads the fast-changing GPU stats once
+// A Watcher keeps the slow-changing parts (nodes, allocations, jobs, sweeps,
+// queues) current with blocking queries and reads the fast-changing GPU stats once
 // per node on demand: one snapshot costs one stats request per node with
 // GPUs, never one per GPU.
 package observe
@@ -27,8 +28,12 @@ type Snapshot struct {
 	Jobs []TrainJob `json:"jobs"`
 	// Queue is every gpujob job (training, trial or service) with
 	// allocations Nomad could not place yet, oldest first.
-	Queue  []Waiting `json:"queue"`
-	Sweeps []Sweep   `json:"sweeps"`
+	Queue []Waiting `json:"queue"`
+	// Queues summarizes each queue of the applied queue configuration
+	// (gpujob queue apply), read from Consul; absent without one, or
+	// while it cannot be read (Warnings says why).
+	Queues []QueueSummary `json:"queues,omitempty"`
+	Sweeps []Sweep        `json:"sweeps"`
 	// Warnings are what could not be read (a node's stats, the sweeps'
 	// records); the rest of the snapshot stands.
 	Warnings []string `json:"warnings"`

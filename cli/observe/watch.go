@@ -15,6 +15,7 @@ import (
 	"github.com/gpujob/gpujob/cli/nomadapi"
 	"github.com/gpujob/gpujob/cli/sweepjob"
 	"github.com/gpujob/gpujob/internal/backoff"
+	"github.com/gpujob/gpujob/internal/contract"
 	"github.com/gpujob/gpujob/internal/sweep/controller"
 	"github.com/gpujob/gpujob/internal/sweep/sweepkv"
 )
@@ -36,6 +37,11 @@ type Config struct {
 	Consul *consul.Client
 	// SweepPrefix is the sweeps' KV prefix (default sweepkv.DefaultPrefix).
 	SweepPrefix string
+	// QueuePrefix is the queues' tree (default contract.QueuePrefix),
+	// read from Consul too for the queue summaries.
+	QueuePrefix string
+	// Logf, when set, hears of reads that fail (throttled).
+	Logf func(format string, args ...any)
 	// NodeID, when set, limits the GPUs (and their stats requests) to one
 	// node: an exporter of a system job reports its own node's GPUs.
 	NodeID string
@@ -73,12 +79,17 @@ type Watcher struct {
 	sweepEr string
 	losses  map[string][]RankLoss // by namespace/job
 	errs    map[string]string     // the last error of each query loop
+
+	queues queueState // what the queue watches read (its own lock)
 }
 
 // NewWatcher returns a watcher; Run starts its queries.
 func NewWatcher(cfg Config) *Watcher {
 	if cfg.SweepPrefix == "" {
 		cfg.SweepPrefix = sweepkv.DefaultPrefix
+	}
+	if cfg.QueuePrefix == "" {
+		cfg.QueuePrefix = contract.QueuePrefix
 	}
 	if cfg.StatsTimeout <= 0 {
 		cfg.StatsTimeout = 5 * time.Second
@@ -96,7 +107,7 @@ func NewWatcher(cfg Config) *Watcher {
 		cfg.Requests = func(string) {}
 	}
 	return &Watcher{cfg: cfg, changed: make(chan struct{}, 1), ready: make(chan struct{}),
-		losses: map[string][]RankLoss{}, errs: map[string]string{}}
+		losses: map[string][]RankLoss{}, errs: map[string]string{}, queues: queueState{errs: map[string]string{}}}
 }
 
 // Changed implements Source.
@@ -119,7 +130,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	loops := []func(context.Context){w.watchNodes, w.watchAllocs, w.watchJobs}
 	if w.cfg.Consul != nil {
-		loops = append(loops, w.watchSweeps)
+		loops = append(loops, w.watchSweeps, w.watchQueues)
 	}
 	if w.cfg.LossInterval > 0 {
 		loops = append(loops, w.readLosses)
@@ -350,8 +361,10 @@ func (w *Watcher) Snapshot(ctx context.Context) (*Snapshot, error) {
 	if nodes == nil && allocs == nil && jobs == nil && len(warnings) > 0 {
 		return nil, fmt.Errorf("%w: %s", errNoData, strings.Join(warnings, "; "))
 	}
+	queues, qwarnings := w.queues.records()
+	warnings = append(warnings, qwarnings...)
 	in := Inputs{Nodes: nodes, Allocs: allocs, Jobs: jobs, Sweeps: sweeps, Losses: losses, NodeID: w.cfg.NodeID,
-		Now: w.cfg.Now()}
+		Now: w.cfg.Now(), Queues: queues}
 	in.Stats, in.StatsErrs = w.readStats(ctx, in.StatsNodes())
 	s := Assemble(in)
 	s.Warnings = append(warnings, s.Warnings...)

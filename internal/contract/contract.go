@@ -107,6 +107,11 @@ const (
 	QueueStatusPrefix = QueueStatePrefix + "/status"
 	// QueueLeaderKey is the admission controller's election key.
 	QueueLeaderKey = QueueStatePrefix + "/leader"
+	// QueueStatsKey holds the admission controller's counters per queue
+	// (admit.Stats JSON): admissions, preemptions, refusals and the
+	// admission latency histogram, written in the same transactions as the
+	// status changes they count, and read by the exporter.
+	QueueStatsKey = QueueStatePrefix + "/stats"
 )
 
 // Stat names the device plugin reports for each GPU. Those

@@ -58,10 +58,10 @@ var known = map[string]Policy{
 	"consul-nomad-agent":      {Summary: "the Nomad agents' own Consul token"},
 	"consul-gateway":          {Summary: "the gateways' Consul token"},
 	"nomad-gateway":           {Summary: "the gateways' Nomad token"},
-	"consul-exporter":         {Summary: "the exporters' Consul token (read the sweeps)"},
+	"consul-exporter":         {Summary: "the exporters' Consul token (read the sweeps and the queues)"},
 	"consul-queues":           {Summary: "the queue configuration: write for who applies queue files; --read-only for users", ReadOnly: true},
 	"nomad-exporter":          {Summary: "the exporters' Nomad token (read nodes, jobs, allocations, logs)"},
-	"consul-queue-controller": {Summary: "the queue admission controller's Consul token (the queue state: statuses, leader key)"},
+	"consul-queue-controller": {Summary: "the queue admission controller's Consul token (the queue state: statuses, counters, leader key)"},
 	"nomad-queue-controller":  {Summary: "the queue admission controller's Nomad token (read nodes, plan, register and stop jobs in every namespace)"},
 	"consul-queue-submit":     {Summary: "a user's Consul token for queued jobs of one namespace (their records; read their statuses)", PerNamespace: true, ReadOnly: true},
 }

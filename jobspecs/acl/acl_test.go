@@ -117,7 +117,9 @@ func checkConfinement(t *testing.T, sweepsRules, servicesRules, viewerRules, exp
 	viewerA := tokenOf(t, c, "sweeps-team-ro", viewerRules)
 	exporter := tokenOf(t, c, "exporter", exporterRules)
 
-	for _, k := range []string{"gpujob/sweeps/team-b/x/spec", "gpujob/services/team-b/x/route", "gpujob/sweeps/team/x/state"} {
+	for _, k := range []string{"gpujob/sweeps/team-b/x/spec", "gpujob/services/team-b/x/route", "gpujob/sweeps/team/x/state",
+		"gpujob/rendezvous/team/x", "gpujob/queues/config", "gpujob/queues/jobs/team-b/x", "gpujob/queues/state/status/team-b/x",
+		"gpujob/queues/state/stats"} {
 		put(t, c, "", k, nil)
 	}
 	for _, tc := range []struct {
@@ -146,6 +148,15 @@ func checkConfinement(t *testing.T, sweepsRules, servicesRules, viewerRules, exp
 		{"the exporters' token", exporter, "read", "gpujob/sweeps/team-b/x/spec", true},
 		{"the exporters' token", exporter, "write", "gpujob/sweeps/team-b/x/spec", false},
 		{"the exporters' token", exporter, "read", "gpujob/services/team-b/x/route", false},
+		{"the exporters' token", exporter, "read", "gpujob/rendezvous/team/x", false},
+		{"the exporters' token", exporter, "read", "gpujob/queues/config", true},
+		{"the exporters' token", exporter, "read", "gpujob/queues/jobs/team-b/x", true},
+		{"the exporters' token", exporter, "read", "gpujob/queues/state/status/team-b/x", true},
+		{"the exporters' token", exporter, "read", "gpujob/queues/state/stats", true},
+		{"the exporters' token", exporter, "write", "gpujob/queues/config", false},
+		{"the exporters' token", exporter, "write", "gpujob/queues/jobs/team-b/x", false},
+		{"the exporters' token", exporter, "write", "gpujob/queues/state/stats", false},
+		{"the exporters' token", exporter, "write", "gpujob/queues/state/leader", false},
 	} {
 		var err error
 		if tc.op == "write" {

@@ -77,6 +77,7 @@ var wantAlerts = map[string]string{ // alert → its `for:` ("" for none)
 	"GPUJobRestartsClimbing":       "",
 	"GPUJobRestartBudgetExhausted": "",
 	"GPUJobQueueWaiting":           "",
+	"GPUJobQueuedTooLong":          "",
 	"GPUJobSweepStalled":           "",
 	"GPUJobGateway5xxRatio":        "2m",
 	"GPUJobGatewayP99High":         "5m",
@@ -487,7 +488,10 @@ func TestMetricNamesKnown(t *testing.T) {
 		"DCGM_FI_DEV_POWER_USAGE", "gpujob_gpu_healthy", "gpujob_train_members", "gpujob_train_restarts_total",
 		"gpujob_rendezvous_round_seconds", "gpujob_train_loss", "gpujob_queue_jobs", "gpujob_queue_wait_seconds",
 		"gpujob_sweep_trials", "gpujob_sweep_best", "gpujob_gateway_requests_total",
-		"gpujob_gateway_request_duration_seconds_bucket"} {
+		"gpujob_gateway_request_duration_seconds_bucket", "gpujob_queue_used_gpus", "gpujob_queue_quota_gpus",
+		"gpujob_queue_borrowed_gpus", "gpujob_queue_waiting_jobs", "gpujob_queue_waiting_gpus", "gpujob_queue_preempted_jobs",
+		"gpujob_queue_oldest_wait_seconds", "gpujob_queue_admission_latency_seconds_bucket", "gpujob_queue_admissions_total",
+		"gpujob_queue_preemptions_total", "gpujob_queue_refusals_total"} {
 		if !used[m] {
 			t.Errorf("%s not used", m)
 		}
@@ -581,7 +585,7 @@ func TestDashboard(t *testing.T) {
 	if v, ok := vars["DS_PROMETHEUS"]; !ok || v.Type != "datasource" || v.queryString() != "prometheus" {
 		t.Errorf("no datasource variable DS_PROMETHEUS of Prometheus data sources: %+v", v)
 	}
-	for _, name := range []string{"Hostname", "nomad_namespace", "nomad_job", "service"} {
+	for _, name := range []string{"Hostname", "nomad_namespace", "nomad_job", "service", "queue"} {
 		v, ok := vars[name]
 		if !ok || v.Type != "query" {
 			t.Errorf("no query variable %s", name)
@@ -646,7 +650,9 @@ func TestDashboard(t *testing.T) {
 	}
 	for _, want := range []string{"GPU utilisation per GPU", "GPU memory used / free", "GPU temperature", "GPU power", "GPU health",
 		"Members by state", "Restarts", "Rendezvous round seconds", "Loss per rank", "Queue length", "Queue wait",
-		"Trials by state", "Best objective", "Requests per second", "5xx ratio", "Latency p99 / p50"} {
+		"Trials by state", "Best objective", "Requests per second", "5xx ratio", "Latency p99 / p50",
+		"Queue GPUs: used, quota, borrowed", "Queued jobs and GPUs", "Oldest queued job's wait", "Admission latency p50 / p95",
+		"Admissions, preemptions, refusals"} {
 		if !titles[want] {
 			t.Errorf("no panel %q", want)
 		}

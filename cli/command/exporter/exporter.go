@@ -31,18 +31,21 @@ import (
 func NewCmd(f *factory.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exporter",
-		Short: "Export the cluster's GPUs, training jobs, queue and sweeps to Prometheus",
+		Short: "Export the cluster's GPUs, training jobs, queues and sweeps to Prometheus",
 		Long: `The exporter serves Prometheus metrics at /metrics: every GPU under the names
 and labels of NVIDIA's DCGM exporter (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED,
 ... with gpu, UUID, device, modelName, Hostname), so dashboards written for it
 work unchanged, plus the Nomad job, namespace and allocation holding each GPU;
 and gpujob's own series: training jobs' members by state, group restarts,
 rendezvous rounds and their duration, the latest loss per rank; the jobs
-waiting for GPUs and for how long; sweeps' trials by state and best value;
-GPU health changes.
+waiting for GPUs and for how long; with a queue configuration, each queue's
+quota, used and borrowed GPUs, waiting jobs and oldest wait, and the
+admission controller's admissions, preemptions, refusals and admission
+latency; sweeps' trials by state and best value; GPU health changes.
 
-It learns the cluster from Nomad (and the sweeps from Consul) with blocking
-queries, and reads the GPU stats once per node per scrape, never once per GPU.
+It learns the cluster from Nomad (and the sweeps and queues from Consul) with
+blocking queries, and reads the GPU stats once per node per scrape, never once
+per GPU.
 
 Run it as a Nomad system job (gpujob exporter render): each exporter reports its
 own node's GPUs; the one on the lowest node ID among the running exporters
@@ -69,7 +72,7 @@ func newRunCmd(f *factory.Factory) *cobra.Command {
 		Use:   "run",
 		Short: "Serve the metrics in the foreground until SIGTERM",
 		Long: `Run serves /metrics and /-/healthz on --listen. Nomad is NOMAD_ADDR and friends;
-Consul (for the sweeps; optional) CONSUL_HTTP_ADDR and friends.
+Consul (for the sweeps and queues; optional) CONSUL_HTTP_ADDR and friends.
 
 --node limits the GPU series to one node (a system job passes its own);
 --cluster says who reports the cluster-wide series: always, never, or auto
@@ -111,11 +114,11 @@ func run(ctx context.Context, f *factory.Factory, o *runOptions) error {
 		Help: "Requests the exporter made to Nomad and Consul, by endpoint.",
 	}, []string{"endpoint"})
 	cfg := observe.Config{Nomad: creds.nomad, NodeID: o.node, LossInterval: o.lossInterval,
-		Requests: func(e string) { requests.WithLabelValues(e).Inc() }}
+		Requests: func(e string) { requests.WithLabelValues(e).Inc() }, Logf: logger.Printf}
 	if creds.consulErr == nil {
 		cfg.Consul = creds.consul
 	} else {
-		logger.Printf("no sweeps: %v", creds.consulErr)
+		logger.Printf("no sweeps and no queues: %v", creds.consulErr)
 	}
 	w := observe.NewWatcher(cfg)
 	elect := clusterRole(o.cluster, w)

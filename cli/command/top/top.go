@@ -1,7 +1,7 @@
 // Package top is `gpujob top`: a live terminal view of the cluster — every
 // GPU's utilisation, memory, temperature and power, the training jobs with
-// their members, ranks, restarts and loss trend, the queue, the sweeps and
-// the services' traffic — kept current by the observe.Watcher's blocking
+// their members, ranks, restarts and loss trend, the queue, the queues of
+// the admission controller, the sweeps and the services' traffic — kept current by the observe.Watcher's blocking
 // queries, with the GPU stats (samples Nomad cannot block on) read again on
 // a timer.
 package top
@@ -51,7 +51,7 @@ func NewCmdWith(f *factory.Factory, runF func(context.Context, *Options) error) 
 	o := &Options{Interval: 2 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "Watch the cluster live: GPUs, training jobs, the queue, sweeps and services",
+		Short: "Watch the cluster live: GPUs, training jobs, the queues, sweeps and services",
 		Long: `Top is a live view of the cluster, refreshed as it changes (Nomad's blocking
 queries) and every --interval for the GPU stats:
 
@@ -61,7 +61,10 @@ queries) and every --interval for the GPU stats:
   JOBS      training jobs: members running/total, ranks, rendezvous round,
             restarts used/budget, the mean of the ranks' latest losses and
             its trend; "LOW UTIL" flags GPUs under 80 % utilisation
-  QUEUE     jobs with allocations waiting for GPUs, and for how long
+  QUEUE     jobs with allocations Nomad has not placed, and for how long
+  QUEUES    with a queue configuration (gpujob queue apply): each queue's
+            quota, GPUs used (and borrowed beyond the quota), the jobs and
+            GPUs waiting for admission, and the oldest wait
   SWEEPS    trials by state and the best objective so far
   SERVICES  the gateway's requests per second, p99 latency and errors
 
@@ -95,7 +98,8 @@ func watchCluster(ctx context.Context, f *factory.Factory, o *Options) (src obse
 	}
 	cfg := observe.Config{Nomad: nomad, LossInterval: max(o.Interval, 5*time.Second)}
 	if f.Consul != nil {
-		// Sweeps are optional: without Consul the view has none.
+		// Sweeps and queues are optional: without Consul the view has
+		// none (and a token that cannot read them is a warning).
 		if c, err := f.Consul(); err == nil {
 			cfg.Consul = c
 		}

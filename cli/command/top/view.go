@@ -25,8 +25,8 @@ type section struct {
 	rows  []string
 }
 
-// View renders the frame: the header and the GPUS, JOBS, QUEUE, SWEEPS and
-// SERVICES sections, cut to the terminal's size (no limit when unknown).
+// View renders the frame: the header and the GPUS, JOBS, QUEUE, QUEUES
+// (with a queue configuration), SWEEPS and SERVICES sections, cut to the terminal's size (no limit when unknown).
 func (m *Model) View() string {
 	return m.frame(m.width, m.height)
 }
@@ -36,7 +36,11 @@ func (m *Model) frame(w, h int) string {
 	header := m.header()
 	var secs []section
 	if m.snap != nil {
-		secs = []section{m.gpuSection(w), m.jobSection(compact(w)), m.queueSection(), m.sweepSection()}
+		secs = []section{m.gpuSection(w), m.jobSection(compact(w)), m.queueSection()}
+		if q, ok := m.queuesSection(); ok {
+			secs = append(secs, q)
+		}
+		secs = append(secs, m.sweepSection())
 		if m.services != nil {
 			secs = append(secs, m.serviceSection())
 		}

@@ -67,6 +67,21 @@ var (
 	queueAllocs = desc("gpujob_queue_allocations", "Allocations of the job waiting for placement.", "nomad_namespace", "nomad_job", "gpujob_kind")
 	queueWait   = desc("gpujob_queue_wait_seconds", "Seconds since the waiting job's current version was submitted.", "nomad_namespace", "nomad_job", "gpujob_kind")
 
+	// Per queue of the applied queue configuration (label queue): the
+	// admission controller's queues, read from Consul.
+	queueQuota       = desc("gpujob_queue_quota_gpus", "The queue's GPU quota (0: none).", "queue")
+	queueUsed        = desc("gpujob_queue_used_gpus", "GPUs the queue's jobs' allocations hold: what counts against its quota.", "queue")
+	queueBorrowed    = desc("gpujob_queue_borrowed_gpus", "GPUs the queue uses beyond its quota (borrowed from its cohort's idle quota).", "queue")
+	queueWaitingJobs = desc("gpujob_queue_waiting_jobs", "Jobs queued and not admitted yet.", "queue")
+	queueWaitingGPUs = desc("gpujob_queue_waiting_gpus", "GPUs the queue's waiting jobs ask for.", "queue")
+	queueOldestWait  = desc("gpujob_queue_oldest_wait_seconds", "Seconds the queue's longest-waiting job has waited (since its submission, or its requeue after a preemption); 0 when none waits.", "queue")
+	queuePreempted   = desc("gpujob_queue_preempted_jobs", "Jobs preempted and not admitted again (being stopped, or waiting again).", "queue")
+	queueRefused     = desc("gpujob_queue_refused_jobs", "Jobs the admission controller refused whose records stay.", "queue")
+	queueAdmissions  = desc("gpujob_queue_admissions_total", "Admissions (registrations) of the queue's jobs by the admission controller.", "queue")
+	queuePreemptions = desc("gpujob_queue_preemptions_total", "The queue's jobs preempted (stopped whole and queued again) by the admission controller.", "queue")
+	queueRefusals    = desc("gpujob_queue_refusals_total", "Times the admission controller refused one of the queue's jobs.", "queue")
+	queueLatency     = desc("gpujob_queue_admission_latency_seconds", "Seconds from a job's submission, or its requeue after a preemption, to its admission.", "queue")
+
 	sweepTrials   = desc("gpujob_sweep_trials", "Trials of a sweep by state.", "nomad_namespace", "sweep", "state")
 	sweepRunning  = desc("gpujob_sweep_running", "1 while the sweep runs, else 0.", "nomad_namespace", "sweep")
 	sweepBest     = desc("gpujob_sweep_best", "The sweep's best objective value so far.", "nomad_namespace", "sweep", "objective")
@@ -118,7 +133,9 @@ func New(o Options) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dcgmUtil, dcgmMemCopy, dcgmFBUsed, dcgmFBFree, dcgmTemp, dcgmPower, dcgmSMClock,
 		dcgmSBE, dcgmDBE, dcgmXid, xidTotal, gpuHealthy, gpuHealthChanges, trainMembers, trainWorkers, trainRestarts, trainMax, rdzvRound,
-		rdzvSeconds, trainLoss, trainStep, queueJobs, queueAllocs, queueWait, sweepTrials, sweepRunning, sweepBest,
+		rdzvSeconds, trainLoss, trainStep, queueJobs, queueAllocs, queueWait, queueQuota, queueUsed, queueBorrowed,
+		queueWaitingJobs, queueWaitingGPUs, queueOldestWait, queuePreempted, queueRefused, queueAdmissions,
+		queuePreemptions, queueRefusals, queueLatency, sweepTrials, sweepRunning, sweepBest,
 		sweepProgress, exporterCluster, exporterUp, snapSeconds} {
 		ch <- d
 	}
@@ -243,6 +260,7 @@ func collectCluster(ch chan<- prometheus.Metric, snap *observe.Snapshot, now tim
 	for k, n := range perKind {
 		ch <- gauge(queueJobs, float64(n), k)
 	}
+	collectQueues(ch, snap.Queues, now)
 	for _, s := range snap.Sweeps {
 		for state, n := range s.TrialsByState {
 			ch <- gauge(sweepTrials, float64(n), s.Namespace, s.Name, state)

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpujob/gpujob/cli/observe"
+	"github.com/gpujob/gpujob/internal/queue/admit"
 	"github.com/gpujob/gpujob/jobspecs/monitoring"
 )
 
@@ -39,6 +41,22 @@ func testSnapshot(t0 time.Time) *observe.Snapshot {
 			Losses: []observe.RankLoss{{Rank: 0, Step: 40, Loss: 0.61}, {Rank: 1, Step: 40, Loss: 0.64}}}},
 		Queue:  []observe.Waiting{{Namespace: "ml", JobID: "big", Kind: "train", Queued: 4, Since: t0.Add(-90 * time.Second)}},
 		Sweeps: []observe.Sweep{{Namespace: "ml", Name: "lr", Status: "running", TrialsByState: map[string]int{"running": 2, "completed": 3}, Objective: "accuracy", Best: fp(0.91), Progress: 77}},
+		Queues: testQueues(t0),
+	}
+}
+
+func testQueues(t0 time.Time) []observe.QueueSummary {
+	since := t0.Add(-20 * time.Minute)
+	c := admit.NewStats().Queue("team-a")
+	c.Admitted(2, 30*time.Second)
+	c.Admitted(1, 2*time.Hour)
+	c.Preemptions, c.Refusals = 1, 4
+	return []observe.QueueSummary{
+		{Name: "team-a", Declared: true, QuotaGPUs: 4, Borrow: true, UsedGPUs: 6, BorrowedGPUs: 2, WaitingJobs: 2, WaitingGPUs: 5,
+			OldestWaitSince: &since, PreemptedJobs: 1, RefusedJobs: 1, Counters: c},
+		{Name: "default", Declared: true, Counters: admit.NewStats().Queue("default")},
+		{Name: "bad\"label", Declared: true, UsedGPUs: 1},
+		{Name: admit.UndeclaredQueue, UsedGPUs: 1},
 	}
 }
 
@@ -92,13 +110,35 @@ func TestCollectorDCGMNamesLabelsAndGpujobSeries(t *testing.T) {
 		"gpujob_queue_jobs{gpujob_kind=service}":                                                  0,
 		"gpujob_queue_allocations{gpujob_kind=train,nomad_job=big,nomad_namespace=ml}":            4,
 		"gpujob_queue_wait_seconds{gpujob_kind=train,nomad_job=big,nomad_namespace=ml}":           90,
+		"gpujob_queue_quota_gpus{queue=team-a}":                                                   4,
+		"gpujob_queue_used_gpus{queue=team-a}":                                                    6,
+		"gpujob_queue_borrowed_gpus{queue=team-a}":                                                2,
+		"gpujob_queue_waiting_jobs{queue=team-a}":                                                 2,
+		"gpujob_queue_waiting_gpus{queue=team-a}":                                                 5,
+		"gpujob_queue_oldest_wait_seconds{queue=team-a}":                                          1200,
+		"gpujob_queue_preempted_jobs{queue=team-a}":                                               1,
+		"gpujob_queue_refused_jobs{queue=team-a}":                                                 1,
+		"gpujob_queue_admissions_total{queue=team-a}":                                             3,
+		"gpujob_queue_preemptions_total{queue=team-a}":                                            1,
+		"gpujob_queue_refusals_total{queue=team-a}":                                               4,
+		"gpujob_queue_admission_latency_seconds_bucket{le=30,queue=team-a}":                       2,
+		"gpujob_queue_admission_latency_seconds_bucket{le=3600,queue=team-a}":                     2,
+		"gpujob_queue_admission_latency_seconds_bucket{le=7200,queue=team-a}":                     3,
+		"gpujob_queue_admission_latency_seconds_bucket{le=+Inf,queue=team-a}":                     3,
+		"gpujob_queue_admission_latency_seconds_count{queue=team-a}":                              3,
+		"gpujob_queue_admission_latency_seconds_sum{queue=team-a}":                                7260,
+		"gpujob_queue_quota_gpus{queue=default}":                                                  0,
+		"gpujob_queue_oldest_wait_seconds{queue=default}":                                         0,
+		"gpujob_queue_admissions_total{queue=default}":                                            0,
+		"gpujob_queue_admission_latency_seconds_count{queue=default}":                             0,
+		"gpujob_queue_used_gpus{queue=_undeclared}":                                               1,
 		"gpujob_sweep_trials{nomad_namespace=ml,state=completed,sweep=lr}":                        3,
 		"gpujob_sweep_running{nomad_namespace=ml,sweep=lr}":                                       1,
 		"gpujob_sweep_best{nomad_namespace=ml,objective=accuracy,sweep=lr}":                       0.91,
 		"gpujob_sweep_progress{nomad_namespace=ml,sweep=lr}":                                      77,
-		"gpujob_exporter_up{}":      1,
-		"gpujob_exporter_cluster{}": 1,
-		"gpujob_gpu_health_changes_total{Hostname=gpu-1,UUID=GPU-bbb}": 0,
+		"gpujob_exporter_up{}":                                                                    1,
+		"gpujob_exporter_cluster{}":                                                               1,
+		"gpujob_gpu_health_changes_total{Hostname=gpu-1,UUID=GPU-bbb}":                            0,
 	}
 	for k, v := range want {
 		g, ok := got[k]
@@ -109,6 +149,16 @@ func TestCollectorDCGMNamesLabelsAndGpujobSeries(t *testing.T) {
 		if g != v {
 			t.Errorf("%s = %v, want %v", k, g, v)
 		}
+	}
+	// No queue name that is not one becomes a label; the undeclared
+	// queue has no counters (none were read for it).
+	for k := range got {
+		if strings.Contains(k, "bad") {
+			t.Errorf("a series of a queue whose name is not a queue name: %s", k)
+		}
+	}
+	if _, ok := got["gpujob_queue_admissions_total{queue=_undeclared}"]; ok {
+		t.Error("counters exported for a queue without them")
 	}
 	// A free GPU has no job labels; a stat the device could not give is absent, not 0.
 	free := "{Hostname=gpu-1,UUID=GPU-bbb,device=nvidia1,gpu=1,modelName=Tesla T4}"
@@ -169,7 +219,19 @@ func gather2(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 					parts = append(parts, l.GetName()+"="+l.GetValue())
 				}
 			}
-			out[mf.GetName()+"{"+strings.Join(parts, ",")+"}"] = value(mf.GetType(), m)
+			labels := "{" + strings.Join(parts, ",") + "}"
+			if h := m.GetHistogram(); mf.GetType() == dto.MetricType_HISTOGRAM {
+				// As Prometheus reads it: NAME_bucket{le}, with +Inf, _sum, _count.
+				le := func(b string) string { return "{" + strings.Join(append([]string{"le=" + b}, parts...), ",") + "}" }
+				for _, b := range h.GetBucket() {
+					out[mf.GetName()+"_bucket"+le(strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64))] = float64(b.GetCumulativeCount())
+				}
+				out[mf.GetName()+"_bucket"+le("+Inf")] = float64(h.GetSampleCount())
+				out[mf.GetName()+"_sum"+labels] = h.GetSampleSum()
+				out[mf.GetName()+"_count"+labels] = float64(h.GetSampleCount())
+				continue
+			}
+			out[mf.GetName()+labels] = value(mf.GetType(), m)
 		}
 	}
 	return out
@@ -189,15 +251,25 @@ func TestNamesAreTheMonitoringPackagesKnownMetrics(t *testing.T) {
 		i := strings.Index(s, `fqName: "`) + len(`fqName: "`)
 		ours[s[i:i+strings.IndexByte(s[i:], '"')]] = true
 	}
+	// A histogram is known by its series: NAME_bucket, _sum and _count.
+	histogram := func(n string) (string, bool) {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(n, suffix); ok {
+				return base, true
+			}
+		}
+		return "", false
+	}
 	known := map[string]bool{}
 	for _, n := range monitoring.KnownMetrics {
 		known[n] = true
-		if !ours[n] && !strings.HasPrefix(n, "gpujob_gateway_") {
+		base, isHist := histogram(n)
+		if !ours[n] && !(isHist && ours[base]) && !strings.HasPrefix(n, "gpujob_gateway_") {
 			t.Errorf("jobspecs/monitoring knows %s, which the exporter does not export", n)
 		}
 	}
 	for n := range ours {
-		if !known[n] {
+		if !known[n] && !(known[n+"_bucket"] && known[n+"_sum"] && known[n+"_count"]) {
 			t.Errorf("the exporter exports %s, which jobspecs/monitoring.KnownMetrics lacks", n)
 		}
 	}

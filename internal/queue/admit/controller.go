@@ -70,8 +70,10 @@ type Result struct {
 	// Withdrawn are jobs withdrawn while being admitted whose registered
 	// job the round stopped.
 	Withdrawn []string
-	// Transactions counts the Consul transactions the round wrote.
-	Transactions int
+	// Transactions counts the Consul transactions the round wrote;
+	// LargestTransaction is the most operations one of them held (at most
+	// maxTxnOps).
+	Transactions, LargestTransaction int
 	// Waiting are the queued jobs by name, with their status.
 	Waiting map[string]*Status
 	// Refused are jobs refused, by name, with the reason.
@@ -88,6 +90,7 @@ func (c *Controller) prefix() string {
 func (c *Controller) jobsPrefix() string   { return c.prefix() + "/jobs" }
 func (c *Controller) statusPrefix() string { return c.prefix() + "/state/status" }
 func (c *Controller) leaderKey() string    { return c.prefix() + "/state/leader" }
+func (c *Controller) statsKey() string     { return c.prefix() + "/state/stats" }
 
 func (c *Controller) now() time.Time {
 	if c.Now != nil {
@@ -149,6 +152,8 @@ type entry struct {
 	rec         *JobRecord
 	job         *nomadapi.Job
 	invalid     error
+	// queue is the record's queue as the stats count it (statsQueue).
+	queue string
 
 	st          *Status
 	statusKey   string
@@ -166,6 +171,12 @@ type round struct {
 	now     time.Time
 	entries map[string]*entry
 	res     Result
+	// declared are the configuration's queues; stats the counters as
+	// stored at statsIndex (0: none stored), changed only with the status
+	// writes they count (tally).
+	declared   map[string]bool
+	stats      *Stats
+	statsIndex uint64
 }
 
 // Reconcile reads the queue configuration, the queued jobs and their
@@ -196,6 +207,10 @@ func (r *round) run() error {
 		return fmt.Errorf("queue configuration: %w", err)
 	}
 	cfg := cfgRec.Config()
+	r.declared = map[string]bool{}
+	for _, q := range cfg.QueueNames() {
+		r.declared[q] = true
+	}
 	if err := r.load(); err != nil {
 		return err
 	}
@@ -331,6 +346,7 @@ func (r *round) load() error {
 		}
 		e := &entry{name: name, key: p.Key, createIndex: p.CreateIndex, modifyIndex: p.ModifyIndex, statusKey: c.statusPrefix() + "/" + name}
 		e.rec, e.job, e.invalid = DecodeJobRecord(p.Value, r.now)
+		e.queue = RecordQueue(e.rec, p.Value)
 		if e.invalid == nil && e.rec.Name() != name {
 			e.invalid = fmt.Errorf("the record names job %s, its key %s", e.rec.Name(), name)
 		}
@@ -376,6 +392,9 @@ func (r *round) load() error {
 		if err := r.txn(orphans); err != nil {
 			return err
 		}
+	}
+	if err := r.loadStats(); err != nil {
+		return err
 	}
 	for _, e := range r.entries {
 		if e.invalid != nil {
@@ -477,7 +496,8 @@ func (r *round) recover(byJob map[string][]Alloc) error {
 				}
 			}
 			if len(mine) == 0 {
-				st.State, st.AdmittedAt, st.Placement = StateQueued, nil, nil
+				at := r.now
+				st.State, st.AdmittedAt, st.Placement, st.QueuedAt = StateQueued, nil, nil, &at
 				r.res.Requeued = append(r.res.Requeued, name)
 				c.logf("%s: stopped; queued again at its place (submitted %s)", name, e.rec.SubmittedAt.Format(time.RFC3339))
 			}
@@ -742,26 +762,37 @@ func unplaced(plan *nomadapi.JobPlanResponse, members int) string {
 	return fmt.Sprintf("Nomad's plan cannot place all %d members at once now: %s", members, strings.Join(parts, "; "))
 }
 
-// maxTxnOps is Consul's limit on the operations of one transaction.
+// maxTxnOps bounds the operations of one transaction (Consul 1.15 takes
+// up to 128; the controller keeps to half).
 const maxTxnOps = 64
 
 // flush writes every status that changed, in transactions of up to
-// maxTxnOps operations (the leader check and a check-and-set of each
-// status): a position change of 500 waiting jobs is 8 transactions, not
-// 500. A failed check-and-set fails its transaction: the round stops, and
-// the next one reads again.
+// maxTxnOps operations (the leader check, a check-and-set of each status,
+// and of the stats when the batch counts something): a position change of
+// 500 waiting jobs is 8 transactions, not 500. A failed check-and-set
+// fails its transaction: the round stops, and the next one reads again.
 func (r *round) flush() error {
 	var batch []*entry
 	var ops api.TxnOps
 	var values [][]byte
+	t := &tally{r: r}
 	send := func() error {
 		if len(ops) == 0 {
 			return nil
 		}
-		results, err := r.txnResults(ops)
+		all := ops
+		sop, err := t.op()
 		if err != nil {
 			return err
 		}
+		if sop != nil {
+			all = append(all, sop)
+		}
+		results, err := r.txnResults(all)
+		if err != nil {
+			return err
+		}
+		t.commit(results)
 		index := map[string]uint64{}
 		for _, res := range results {
 			if res.KV != nil {
@@ -774,6 +805,8 @@ func (r *round) flush() error {
 		batch, ops, values = nil, nil, nil
 		return nil
 	}
+	// room is the operations a batch may hold besides the leader check.
+	const room = maxTxnOps - 1
 	for _, name := range r.sortedNames() {
 		e := r.entries[name]
 		b, err := EncodeStatus(e.st)
@@ -783,9 +816,16 @@ func (r *round) flush() error {
 		if bytes.Equal(b, e.stored) {
 			continue
 		}
+		if t.next == nil && len(ops) == room-1 && t.counts(e) {
+			// Its counts need the stats operation too: the next batch.
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		t.add(e)
 		batch, values = append(batch, e), append(values, b)
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}})
-		if len(ops) == maxTxnOps-1 { // and the leader check
+		if len(ops)+btoi(t.next != nil) >= room {
 			if err := send(); err != nil {
 				return err
 			}
@@ -794,9 +834,17 @@ func (r *round) flush() error {
 	return send()
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // write stores e's status now if it differs from what is stored,
 // checking the stored index and the leadership in one transaction: for
 // the writes that must land before a Nomad call (intent, preemption).
+// What the change counts goes into the stats in the same transaction.
 func (r *round) write(e *entry) error {
 	b, err := EncodeStatus(e.st)
 	if err != nil {
@@ -805,17 +853,7 @@ func (r *round) write(e *entry) error {
 	if bytes.Equal(b, e.stored) {
 		return nil
 	}
-	results, err := r.txnResults(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}}})
-	if err != nil {
-		return err
-	}
-	for _, res := range results {
-		if res.KV != nil && res.KV.Key == e.statusKey {
-			e.statusIndex = res.KV.ModifyIndex
-		}
-	}
-	e.stored = b
-	return nil
+	return r.writeStatus(e, b, nil)
 }
 
 // writeGuarded is write, in a transaction that also checks that e's job
@@ -825,13 +863,35 @@ func (r *round) writeGuarded(e *entry) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", e.name, err)
 	}
-	results, err := r.txnResults(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: e.key, Index: e.modifyIndex}},
-		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}},
-	})
-	if err != nil {
+	guard := &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: e.key, Index: e.modifyIndex}}
+	if err := r.writeStatus(e, b, guard); err != nil {
 		return fmt.Errorf("%s: %w", e.name, err)
 	}
+	return nil
+}
+
+// writeStatus stores b as e's status (check-and-set), after guard when
+// set, with the stats of what the change counts, in one transaction.
+func (r *round) writeStatus(e *entry, b []byte, guard *api.TxnOp) error {
+	var ops api.TxnOps
+	if guard != nil {
+		ops = append(ops, guard)
+	}
+	ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.statusKey, Value: b, Index: e.statusIndex}})
+	t := &tally{r: r}
+	t.add(e)
+	sop, err := t.op()
+	if err != nil {
+		return err
+	}
+	if sop != nil {
+		ops = append(ops, sop)
+	}
+	results, err := r.txnResults(ops)
+	if err != nil {
+		return err
+	}
+	t.commit(results)
 	for _, res := range results {
 		if res.KV != nil && res.KV.Key == e.statusKey {
 			e.statusIndex = res.KV.ModifyIndex
@@ -863,6 +923,7 @@ func (r *round) txn(ops api.TxnOps) error {
 func (r *round) txnResults(ops api.TxnOps) (api.TxnResults, error) {
 	all := append(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: r.c.leaderKey(), Session: r.session}}}, ops...)
 	r.res.Transactions++
+	r.res.LargestTransaction = max(r.res.LargestTransaction, len(all))
 	ok, resp, _, err := r.c.Consul.Txn().Txn(all, (&api.QueryOptions{}).WithContext(r.ctx))
 	if err != nil {
 		return nil, fmt.Errorf("writing the queue state: %w", err)

@@ -21,6 +21,7 @@ func TestDefaultKeysAreTheContracts(t *testing.T) {
 		{c.jobsPrefix(), contract.QueueJobsPrefix},
 		{c.statusPrefix(), contract.QueueStatusPrefix},
 		{c.leaderKey(), contract.QueueLeaderKey},
+		{c.statsKey(), contract.QueueStatsKey},
 	} {
 		if k.got != k.want {
 			t.Errorf("key %q, want %q", k.got, k.want)

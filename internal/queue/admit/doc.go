@@ -10,6 +10,9 @@
 //	                                (consul-queue-submit, per namespace)
 //	state/status/<namespace>/<ID>   Status: what the controller says of it
 //	state/leader                    the controller's election key
+//	state/stats                     Stats: the controller's counters per
+//	                                queue (admissions, preemptions,
+//	                                refusals, admission latency)
 //
 // Only the controller's token writes state/ (consul-queue-controller);
 // every write it makes checks, in the same transaction, that its session
@@ -42,4 +45,9 @@
 // for PartialGrace (Status.ShortSince) is stopped whole and requeued, as
 // a preempted one. Status writes of a round go in transactions of up to
 // 64 operations, each with the leader check and a check-and-set per key.
+//
+// Counters: a status write that records an admission, a preemption or a
+// refusal carries in its transaction the check-and-set of state/stats
+// with what it adds (tally.go), so a counter moves exactly when, and only
+// once, the status change it counts commits.
 package admit

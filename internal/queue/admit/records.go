@@ -392,6 +392,10 @@ type Status struct {
 	PreemptedWhy string     `json:"preempted_why,omitempty"`
 	PreemptedAt  *time.Time `json:"preempted_at,omitempty"`
 	Preemptions  int        `json:"preemptions,omitempty"`
+	// QueuedAt is when the job was queued again after its last
+	// preemption (its wait since then; before any, its wait runs from the
+	// record's submitted_at).
+	QueuedAt *time.Time `json:"queued_at,omitempty"`
 }
 
 // Check reports a status that may not be believed.
