@@ -147,15 +147,13 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 	// service the queue admitted is registered directly, keeping the
 	// admission (QueueRules). One registered before queue mode is updated
 	// as before: the controller counts it, never preempts it.
+	//
+	// The queue admits the initial replicas as one gang; the scaling block
+	// stays, so the service scales within replicas { min max } (the
+	// autoscaler, gpujob service scale) through Nomad, and the admission
+	// controller weighs the replicas Nomad cannot place like a gang of the
+	// service's class, preempting lower work of its queue for them.
 	admitted := existing != nil && existing.Meta[contract.MetaAdmission] != ""
-	if inQueue && (existing == nil || admitted) {
-		if err := queueable(s); err != nil {
-			return nil, err
-		}
-		for _, g := range job.TaskGroups {
-			g.Scaling = nil // min = max = count: it bounds nothing; the controller refuses one
-		}
-	}
 	// The route goes with the job, in its meta: a revert (Nomad's
 	// auto_revert, gpujob service rollback) brings the route of the
 	// version it goes back to (RestoreRoute).
@@ -198,16 +196,6 @@ func Register(ctx context.Context, nomad nomadapi.API, store servestore.Store, r
 		out.Replicas = deref(g.Count)
 	}
 	return out, nil
-}
-
-// queueable refuses a service the admission controller cannot admit: an
-// autoscaled one (the controller admits a fixed gang of replicas).
-func queueable(s *spec.Service) error {
-	if s.Autoscale != nil {
-		return fmt.Errorf("service %s autoscales (replicas %d to %d); the queue admits a fixed number of replicas, so an autoscaled service cannot go through a queue yet: "+
-			"set replicas { initial = N  min = N } without autoscale", s.Name, s.Replicas.Min, s.Replicas.Max)
-	}
-	return nil
 }
 
 // enqueue writes the new service's queue record, then its route (the

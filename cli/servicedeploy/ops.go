@@ -58,12 +58,11 @@ func Scale(nomad nomadapi.API, name string, n int) (Scaled, error) {
 	if g == nil {
 		return Scaled{}, fmt.Errorf("service %s has no %q group; was it deployed by gpujob?", name, render.ServiceGroup)
 	}
-	if job.Meta[contract.MetaAdmission] != "" {
-		// Its queue admitted this many replicas as one gang; another count
-		// would be GPUs the queue never admitted, or a gang the controller
-		// no longer describes.
-		return Scaled{}, fmt.Errorf("service %s was started by its queue with %d replica(s), which it keeps: to change the count, set replicas in the spec, "+
-			"then gpujob service stop %s and deploy it again", name, deref(g.Count), name)
+	if job.Meta[contract.MetaAdmission] != "" && g.Scaling == nil {
+		// Admitted by its queue as a fixed gang (deployed before services
+		// kept their scaling block in queue mode): no bounds to scale in.
+		return Scaled{}, fmt.Errorf("service %s was started by its queue with %d replica(s) and no replicas { min max } to scale in: "+
+			"set them in the spec and deploy it again", name, deref(g.Count))
 	}
 	if p := g.Scaling; p != nil && p.Min != nil && p.Max != nil && (int64(n) < *p.Min || int64(n) > *p.Max) {
 		return Scaled{}, fmt.Errorf("service %s runs %d to %d replicas (its replicas { min max }); %d is outside; change the spec and deploy to widen it",

@@ -64,8 +64,11 @@ Queue mode (a queue configuration exists): a new service is not registered
 but written into its queue with its replicas as one gang, and its route is
 written; the admission controller registers it when all replicas fit. Deploy
 follows its place in the queue until then (--detach returns at once; -json
-carries the queue fields). An autoscaled service is refused in queue mode
-(the queue admits a fixed number of replicas). An update of a service the
+carries the queue fields). The queue admits the initial replicas; the
+service then scales within replicas { min max } (the autoscaler, gpujob
+service scale) through Nomad, and replicas Nomad cannot place are weighed by
+the admission controller like a gang of the service's class, which may
+preempt lower work of its queue for them. An update of a service the
 queue admitted is registered directly, keeping its admission, and replaces
 its queued record (so a requeue after a preemption starts the new version);
 it may not ask for more GPUs than were admitted — stop the service and deploy

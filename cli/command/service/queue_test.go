@@ -60,15 +60,24 @@ func TestDeployIsCheckedAgainstItsQueue(t *testing.T) {
 			}
 		})
 	}
-	// The queue admits a fixed number of replicas: an autoscaled service
-	// is refused in queue mode.
+	// An autoscaled service is queued with its initial replicas as the
+	// gang, and keeps its scaling block: it scales within replicas { min
+	// max } through Nomad, and the controller weighs what Nomad cannot
+	// place.
 	f := newFake()
 	f.SetNode(gpuNode(4))
-	if out, err := execute(t, c, f, "deploy", "--detach", "--queue", "default", gpuSpec(t, "q-auto")); err == nil ||
-		!strings.Contains(err.Error(), "service q-auto autoscales (replicas 1 to 4)") || len(f.Registered) != 0 {
-		t.Fatalf("err %v, registered %d\n%s", err, len(f.Registered), out)
-	}
 	t.Cleanup(func() { _, _ = c.KV().DeleteTree(contract.QueueJobsPrefix+"/", nil) })
+	if out, err := execute(t, c, f, "deploy", "--detach", "--queue", "default", gpuSpec(t, "q-auto")); err != nil || len(f.Registered) != 0 {
+		t.Fatalf("an autoscaled service in queue mode: err %v, registered %d\n%s", err, len(f.Registered), out)
+	}
+	auto, _, err := c.KV().Get(contract.QueueJobsPrefix+"/default/q-auto", nil)
+	if err != nil || auto == nil {
+		t.Fatalf("no queue record of the autoscaled service: %v", err)
+	}
+	ar, ajob, err := admit.DecodeJobRecord(auto.Value, time.Now())
+	if err != nil || ar.Members != 2 || ajob.TaskGroups[0].Scaling == nil || *ajob.TaskGroups[0].Scaling.Max != 4 {
+		t.Fatalf("record of the autoscaled service %+v (%v): want its 2 initial replicas and its scaling block up to 4", ar, err)
+	}
 	fixed := fixedSpec(t, gpuSpec(t, "q-ok"))
 	out, err := execute(t, c, f, "deploy", "--detach", "--json", "--queue", "default", fixed)
 	if err != nil || len(f.Registered) != 0 {
@@ -79,7 +88,7 @@ func TestDeployIsCheckedAgainstItsQueue(t *testing.T) {
 		t.Fatalf("no queue record: %v", err)
 	}
 	jr, job, err := admit.DecodeJobRecord(kv.Value, time.Now())
-	if err != nil || jr.Kind != admit.KindService || jr.Members != 2 || job.TaskGroups[0].Scaling != nil || job.Meta[MetaRoute] == "" {
+	if err != nil || jr.Kind != admit.KindService || jr.Members != 2 || job.Meta[MetaRoute] == "" {
 		t.Fatalf("record %+v: %v", jr, err)
 	}
 	var res DeployResult
@@ -152,9 +161,18 @@ func TestUpdateOfAnAdmittedService(t *testing.T) {
 	if err != nil || kv2.CreateIndex != kv.CreateIndex || job2.Meta[contract.MetaVersion] != "v2" {
 		t.Errorf("the record was not replaced in place: %v, create index %d → %d, version %q", err, kv.CreateIndex, kv2.CreateIndex, job2.Meta[contract.MetaVersion])
 	}
-	// Its count is the admitted gang's: scale is refused.
-	if _, err := execute(t, c, f, "scale", "upd", "3"); err == nil || !strings.Contains(err.Error(), "was started by its queue with 2 replica(s)") {
-		t.Errorf("scale of an admitted service: %v", err)
+	// It scales within its replicas { min max } as without a queue (2 to
+	// 2 here: 3 is outside); the controller weighs what Nomad cannot place.
+	if _, err := execute(t, c, f, "scale", "upd", "3"); err == nil || !strings.Contains(err.Error(), "runs 2 to 2 replicas") {
+		t.Errorf("scale of an admitted service beyond its bounds: %v", err)
+	}
+	// One admitted before services kept their scaling block has no bounds
+	// to scale in.
+	noBounds := f.Registered[1]
+	noBounds.TaskGroups[0].Scaling = nil
+	f.SetJob(noBounds)
+	if _, err := execute(t, c, f, "scale", "upd", "1"); err == nil || !strings.Contains(err.Error(), "no replicas { min max } to scale in") {
+		t.Errorf("scale of an admitted service without a scaling block: %v", err)
 	}
 	// More GPUs than admitted: refused, nothing registered.
 	big := rewrite(t, spec, "gpus_per_replica = 0", "gpus_per_replica = 1")

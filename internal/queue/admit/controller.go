@@ -177,7 +177,15 @@ type round struct {
 	declared   map[string]bool
 	stats      *Stats
 	statsIndex uint64
+	// scaleUps are the admitted services with replicas Nomad cannot
+	// place, by the ID of the demand the policy weighs for them.
+	scaleUps map[string]*entry
 }
+
+// ScaleUpSuffix marks the pending demand of a service's replicas that
+// Nomad cannot place (a scale-up): "<namespace>/<service> (scale-up)" is
+// what a gang it preempts is told preempted it.
+const ScaleUpSuffix = " (scale-up)"
 
 // Reconcile reads the queue configuration, the queued jobs and their
 // statuses, and Nomad's nodes and allocations; decides (policy.Decide);
@@ -190,7 +198,7 @@ func (c *Controller) Reconcile(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &round{c: c, ctx: ctx, session: session, now: c.now(), entries: map[string]*entry{},
+	r := &round{c: c, ctx: ctx, session: session, now: c.now(), entries: map[string]*entry{}, scaleUps: map[string]*entry{},
 		res: Result{Waiting: map[string]*Status{}, Refused: map[string]string{}}}
 	if err := r.run(); err != nil {
 		return &r.res, err
@@ -272,6 +280,9 @@ func (r *round) run() error {
 			j.Nominated = e.st.Nominated
 			state.Pending = append(state.Pending, j)
 		}
+	}
+	if err := r.scaleUpDemands(&state); err != nil {
+		return err
 	}
 	// gpujob jobs the queue did not admit (submitted before queues, or
 	// their record is gone or invalid): they hold GPUs of their queue, and
@@ -625,6 +636,11 @@ func (r *round) preempt(p policy.Preemption) error {
 	}
 	c.logf("%s: preempted: %s", p.Victim, p.Reason)
 	r.res.Preempted = append(r.res.Preempted, p.Victim)
+	if pre == nil {
+		// A service's scale-up: its admitted status carries the
+		// nomination while its replicas wait for the victims' GPUs.
+		pre = r.scaleUps[p.Preemptor]
+	}
 	if pre != nil && !pre.st.Nominated {
 		pre.st.Nominated = true
 		if err := r.write(pre); err != nil {
@@ -640,6 +656,12 @@ func (r *round) preempt(p policy.Preemption) error {
 // then the admission recorded.
 func (r *round) admit(a policy.Admission) error {
 	c, ctx := r.c, r.ctx
+	if svc := r.scaleUps[a.Job]; svc != nil {
+		// Room for the replicas exists (or was made): Nomad's blocked
+		// evaluation places them; nothing to register.
+		c.logf("%s: its scale-up fits; Nomad places its replicas", svc.name)
+		return nil
+	}
 	e := r.entries[a.Job]
 	if e == nil || e.invalid != nil {
 		return nil
@@ -711,6 +733,37 @@ func (r *round) admit(a policy.Admission) error {
 	}
 	c.logf("%s: admitted (admission %d)", e.name, n)
 	r.res.Admitted = append(r.res.Admitted, e.name)
+	return nil
+}
+
+// scaleUpDemands adds to state a pending demand for each admitted service
+// with replicas Nomad cannot place: a scale (the autoscaler, gpujob
+// service scale) within its scaling block went to Nomad, not through the
+// queue, and what Nomad could not place waits as a gang of its own would,
+// of the service's class, so that it preempts lower work the way a new
+// gang would. Admitting it registers nothing (Nomad places the replicas
+// once there is room); a service whose replicas are all placed has its
+// nomination cleared.
+func (r *round) scaleUpDemands(state *policy.State) error {
+	for _, name := range r.sortedNames() {
+		e := r.entries[name]
+		if e.invalid != nil || e.rec.Kind != KindService || e.st.State != StateAdmitted {
+			continue
+		}
+		n, err := r.c.Nomad.Unplaced(r.ctx, e.rec.Namespace, e.rec.ID)
+		if err != nil {
+			return fmt.Errorf("reading job %s: %w", name, err)
+		}
+		if n <= 0 {
+			e.st.Nominated = false
+			continue
+		}
+		j := e.rec.PolicyJob()
+		j.ID, j.Members, j.MaxRuntime, j.Nominated = name+ScaleUpSuffix, min(n, MaxMembers), 0, e.st.Nominated
+		j.SubmittedAt = r.now
+		state.Pending = append(state.Pending, j)
+		r.scaleUps[j.ID] = e
+	}
 	return nil
 }
 

@@ -59,6 +59,10 @@ type fakeJob struct {
 	allocs []Alloc
 	// ended are its terminal allocations.
 	ended []Alloc
+	// blocked are members asked for by a scale and not placed yet; each
+	// Allocations places what fits of them, as Nomad's blocked
+	// evaluation does once capacity frees.
+	blocked int
 }
 
 func newFake(nodes int, gpus int) *fakeNomad {
@@ -127,7 +131,48 @@ func (f *fakeNomad) Allocations(context.Context) ([]Alloc, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	f.unblock()
 	return f.holding(), nil
+}
+
+// scale asks for k more members of job n (a service's scale-up): what fits
+// is placed now, the rest is blocked until capacity frees.
+func (f *fakeNomad) scale(n string, k int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.jobs[n].blocked += k
+	f.unblock()
+	f.index++
+}
+
+// unblock places what fits of the jobs' blocked members, first-fit.
+func (f *fakeNomad) unblock() {
+	for _, n := range sortedKeys(f.jobs) {
+		j := f.jobs[n]
+		if j.stop || j.blocked == 0 {
+			continue
+		}
+		one := *j.job
+		g := *one.TaskGroups[0]
+		g.Count = ptr(j.blocked)
+		one.TaskGroups = []*nomadapi.TaskGroup{&g}
+		placed, _ := f.place(&one)
+		for i := range placed {
+			placed[i].ID = fmt.Sprintf("%s-scaled-%d-%d", *j.job.ID, f.index, i)
+		}
+		j.allocs = append(j.allocs, placed...)
+		j.blocked -= len(placed)
+	}
+}
+
+func (f *fakeNomad) Unplaced(_ context.Context, ns, id string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if j := f.jobs[ns+"/"+id]; j != nil && !j.stop {
+		return j.blocked, nil
+	}
+	return 0, nil
 }
 
 func (f *fakeNomad) WaitAllocations(ctx context.Context, index uint64) (uint64, error) {

@@ -44,6 +44,11 @@ type Nomad interface {
 	// partial-gang guard: a member that ended by itself is not missing.
 	// Resources and Node may be left empty. A missing job has none.
 	JobAllocations(ctx context.Context, namespace, id string) ([]Alloc, error)
+	// Unplaced is how many allocations of the job Nomad has been asked
+	// for and has placed nowhere yet (its job summary's queued ones: a
+	// blocked evaluation's), e.g. a service's replicas added by a scale
+	// that no node has room for. A missing job has none.
+	Unplaced(ctx context.Context, namespace, id string) (int, error)
 }
 
 // ErrConflict is a Register whose index check failed.

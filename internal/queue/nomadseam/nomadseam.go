@@ -269,6 +269,23 @@ func (n *Nomad) Job(ctx context.Context, namespace, id string) (*admit.JobInfo, 
 	return info, nil
 }
 
+// Unplaced is the sum over the job's groups of its summary's queued
+// allocations (Nomad's /v1/job/<id>/summary).
+func (n *Nomad) Unplaced(ctx context.Context, namespace, id string) (int, error) {
+	sum, _, err := n.c.Jobs().Summary(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the summary of job %s/%s: %w", namespace, id, err)
+	}
+	queued := 0
+	for _, g := range sum.Summary {
+		queued += g.Queued
+	}
+	return queued, nil
+}
+
 // Plan is Nomad's plan of job (no diff) in the job's namespace.
 func (n *Nomad) Plan(ctx context.Context, job *api.Job) (*api.JobPlanResponse, error) {
 	r, _, err := n.c.Jobs().PlanOpts(job, &api.PlanOptions{}, write(ctx, job))

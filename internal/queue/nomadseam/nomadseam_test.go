@@ -457,3 +457,25 @@ func TestJobAllocations(t *testing.T) {
 		t.Errorf("a failed list: %v", err)
 	}
 }
+
+// Unplaced sums the job summary's queued allocations over its groups, in
+// the job's namespace; a missing job has none.
+func TestUnplaced(t *testing.T) {
+	s, n := newServer(t)
+	s.on("GET", "/v1/job/svc/summary", answer(200, &api.JobSummary{JobID: "svc", Namespace: "team-a", Summary: map[string]api.TaskGroupSummary{
+		"serve": {Queued: 2, Running: 1}, "side": {Queued: 1, Running: 3}}}))
+	got, err := n.Unplaced(context.Background(), "team-a", "svc")
+	if err != nil || got != 3 {
+		t.Errorf("Unplaced() = %d, %v; want 3", got, err)
+	}
+	if q := s.query("/v1/job/svc/summary"); q.Get("namespace") != "team-a" {
+		t.Errorf("summary read in namespace %q", q.Get("namespace"))
+	}
+	if got, err := n.Unplaced(context.Background(), "team-a", "gone"); got != 0 || err != nil {
+		t.Errorf("a missing job: %d, %v; want 0, nil", got, err)
+	}
+	s.on("GET", "/v1/job/boom/summary", answer(500, "rpc error: no leader"))
+	if _, err := n.Unplaced(context.Background(), "team-a", "boom"); err == nil || !strings.Contains(err.Error(), "no leader") {
+		t.Errorf("a failed read: %v", err)
+	}
+}
