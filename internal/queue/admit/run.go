@@ -41,6 +41,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer cancel()
 		_ = sess.Close(cctx)
 	}()
+	if err := c.endStaleLead(ctx, sess.ID()); err != nil {
+		return fmt.Errorf("admission controller: %w", err)
+	}
 	el := consul.NewElection(sess, c.leaderKey(), consul.MutexOptions{LockDelay: time.Second, Logf: c.Logf})
 	for {
 		if err := el.Campaign(ctx, []byte(c.ID)); err != nil {
@@ -153,4 +156,26 @@ func (c *Controller) watchAllocations(ctx context.Context, notify func()) {
 			notify()
 		}
 	}
+}
+
+// endStaleLead ends the session that holds the leader key under this
+// controller's own ID, if any: an earlier run of this very controller (its
+// task restarted in the same Nomad allocation after a crash, kill -9 or an
+// OOM kill, so it never resigned). Nomad starts a task again only once its
+// process has exited, so that session has no live holder; left alone it
+// would keep the queue leaderless until its TTL ran out. A session under
+// any other ID is another controller's, which may be alive: never touched.
+func (c *Controller) endStaleLead(ctx context.Context, own string) error {
+	pair, _, err := c.Consul.KV().Get(c.leaderKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", c.leaderKey(), err)
+	}
+	if pair == nil || pair.Session == "" || pair.Session == own || string(pair.Value) != c.ID {
+		return nil
+	}
+	if _, err := c.Consul.Session().Destroy(pair.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("ending session %s, which an earlier run of controller %s left holding %s: %w", pair.Session, c.ID, c.leaderKey(), err)
+	}
+	c.logf("admission controller %s: ended session %s, which an earlier run of this controller left holding the lead", c.ID, pair.Session)
+	return nil
 }
