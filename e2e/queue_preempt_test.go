@@ -29,9 +29,8 @@ func (c *cluster) queueEnv() []string {
 }
 
 // applyQueues applies the queue file hcl (which starts the controller)
-// and waits until the controller leads; it returns the leading
-// allocation's ID.
-func (c *cluster) applyQueues(t *testing.T, cc *consul.Client, hcl string) string {
+// and waits until the controller leads.
+func (c *cluster) applyQueues(t *testing.T, cc *consul.Client, hcl string) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "queues.hcl")
 	if err := os.WriteFile(p, []byte(hcl), 0o644); err != nil {
@@ -40,31 +39,31 @@ func (c *cluster) applyQueues(t *testing.T, cc *consul.Client, hcl string) strin
 	if out, errOut, code := c.gpujobEnv(t, c.queueEnv(), time.Minute, "queue", "apply", p); code != 0 {
 		t.Fatalf("queue apply exited %d:\n%s%s", code, out, errOut)
 	}
-	return c.waitQueueLeader(t, cc, "", 2*time.Minute)
+	c.waitQueueLeader(t, cc, "", 2*time.Minute)
 }
 
-// waitQueueLeader waits until an allocation of the controller's job other
-// than not holds the leader key, and returns its ID.
-func (c *cluster) waitQueueLeader(t *testing.T, cc *consul.Client, not string, limit time.Duration) string {
+// waitQueueLeader waits until a running allocation of the controller's job
+// holds the leader key under a session other than notSession, and returns
+// the allocation's ID and the session.
+func (c *cluster) waitQueueLeader(t *testing.T, cc *consul.Client, notSession string, limit time.Duration) (alloc, session string) {
 	t.Helper()
-	var leader string
 	queueWait(t, limit, "a controller leading", func() (bool, string) {
 		kv, _, err := cc.KV().Get(contract.QueueLeaderKey, nil)
 		if err != nil || kv == nil || kv.Session == "" {
 			return false, fmt.Sprintf("leader key %+v (%v)", kv, err)
 		}
-		if string(kv.Value) == not {
-			return false, fmt.Sprintf("leader %q is still the old one", kv.Value)
+		if kv.Session == notSession {
+			return false, fmt.Sprintf("the leader key is still held by session %s", notSession)
 		}
 		for _, a := range c.holding(t, render.QueueControllerJob) {
 			if a.ID == string(kv.Value) && a.ClientStatus == api.AllocClientStatusRunning {
-				leader = a.ID
+				alloc, session = a.ID, kv.Session
 				return true, ""
 			}
 		}
 		return false, fmt.Sprintf("leader %q is no running allocation of %s", kv.Value, render.QueueControllerJob)
 	})
-	return leader
+	return alloc, session
 }
 
 // submitDetached submits spec (a file's text) with gpujob submit --detach
