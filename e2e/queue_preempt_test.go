@@ -39,6 +39,17 @@ func (c *cluster) applyQueues(t *testing.T, cc *consul.Client, hcl string) {
 	if out, errOut, code := c.gpujobEnv(t, c.queueEnv(), time.Minute, "queue", "apply", p); code != 0 {
 		t.Fatalf("queue apply exited %d:\n%s%s", code, out, errOut)
 	}
+	// Before the test's own cleanups (which purge the controller's job):
+	// what the controller said, when the test failed.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		as, _ := c.allocsOf(render.QueueControllerJob)
+		for _, a := range as {
+			t.Logf("the controller's log (allocation %s):\n%s", a.ID[:8], tail(c.logFile(a.ID, render.QueueControllerTask, "stderr"), 40))
+		}
+	})
 	c.waitQueueLeader(t, cc, "", 2*time.Minute)
 }
 
