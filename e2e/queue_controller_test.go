@@ -22,8 +22,13 @@ import (
 // queueTrainSpec is a train spec in the queue "default" whose members
 // sleep for secs: what a gang holds, without torch's start-up.
 func queueTrainSpec(name string, workers, secs int) string {
+	return queueTrainSpecIn("default", name, workers, secs)
+}
+
+// queueTrainSpecIn is queueTrainSpec in queue q.
+func queueTrainSpecIn(q, name string, workers, secs int) string {
 	return fmt.Sprintf(`train %q {
-  queue           = "default"
+  queue           = %q
   workers         = %d
   gpus_per_worker = 1
   command         = "/bin/sleep"
@@ -35,7 +40,7 @@ func queueTrainSpec(name string, workers, secs int) string {
   max_failures       = 0
   rendezvous_timeout = "2m"
 }
-`, name, workers, secs)
+`, name, q, workers, secs)
 }
 
 // queueRecord renders spec as submit does (gpujob render, then Nomad's own
@@ -142,7 +147,8 @@ func (c *cluster) holding(t *testing.T, id string) []*api.AllocationListStub {
 
 // checkAdmittedWhole checks that job id was registered by the admission
 // its status names, and that every member was placed at once: members
-// allocations, all made by one evaluation that placed the whole group.
+// allocations of the job's version that admission registered, all made by
+// one evaluation that placed the whole group.
 func (c *cluster) checkAdmittedWhole(t *testing.T, cc *consul.Client, id string, members int) {
 	t.Helper()
 	kv, _, err := cc.KV().Get(admit.JobKey(contract.QueueJobsPrefix, "default", id), nil)
@@ -156,13 +162,23 @@ func (c *cluster) checkAdmittedWhole(t *testing.T, cc *consul.Client, id string,
 	if want := admit.Marker(kv.CreateIndex, queueStatus(t, cc, id).Admissions); job.Meta[contract.MetaAdmission] != want {
 		t.Errorf("job %s: meta %s = %q, want %q", id, contract.MetaAdmission, job.Meta[contract.MetaAdmission], want)
 	}
+	// The allocations of this admission: of the job's version its marker
+	// registered (a job admitted again after a preemption has the
+	// stopped members of its earlier admissions too).
 	var allocs []*api.AllocationListStub
 	queueWait(t, time.Minute, fmt.Sprintf("%d allocations of %s", members, id), func() (bool, string) {
-		allocs, err = c.allocsOf(id)
-		return err == nil && len(allocs) >= members, fmt.Sprintf("%d allocations (%v)", len(allocs), err)
+		var all []*api.AllocationListStub
+		all, err = c.allocsOf(id)
+		allocs = allocs[:0]
+		for _, a := range all {
+			if a.JobVersion == *job.Version {
+				allocs = append(allocs, a)
+			}
+		}
+		return err == nil && len(allocs) >= members, fmt.Sprintf("%d allocations of version %d (%v)", len(allocs), *job.Version, err)
 	})
 	if len(allocs) != members {
-		t.Fatalf("job %s has %d allocations, want %d", id, len(allocs), members)
+		t.Fatalf("job %s has %d allocations of version %d, want %d", id, len(allocs), *job.Version, members)
 	}
 	evals := map[string]bool{}
 	for _, a := range allocs {

@@ -43,9 +43,6 @@ type Controller struct {
 	// Resync is the longest time between two reconciles (default 30 s):
 	// nodes and estimates change without a Consul or allocation event.
 	Resync time.Duration
-	// StartGrace is how long an admitted job may have no allocation before
-	// the controller asks Nomad whether it has ended (default 15 s).
-	StartGrace time.Duration
 	// PartialGrace is how long an admitted batch gang may have fewer live
 	// members than it has (a race with work outside gpujob after Nomad's
 	// plan, a lost node) before it is stopped whole and queued again at
@@ -110,13 +107,6 @@ func (c *Controller) partialGrace() time.Duration {
 		return c.PartialGrace
 	}
 	return 30 * time.Second
-}
-
-func (c *Controller) startGrace() time.Duration {
-	if c.StartGrace > 0 {
-		return c.StartGrace
-	}
-	return 15 * time.Second
 }
 
 // lead makes Reconcile act under session until lost closes.
@@ -512,7 +502,12 @@ func (r *round) recover(byJob map[string][]Alloc) error {
 				r.res.Requeued = append(r.res.Requeued, name)
 				c.logf("%s: stopped; queued again at its place (submitted %s)", name, e.rec.SubmittedAt.Format(time.RFC3339))
 			}
-		case st.State == StateAdmitted && len(mine) == 0 && st.AdmittedAt != nil && r.now.Sub(*st.AdmittedAt) >= c.startGrace():
+		case st.State == StateAdmitted && len(mine) == 0:
+			// No member holds anything: registered and not placed yet
+			// (Nomad's job is pending, its placement is kept for it), or
+			// ended. Asked at once, not after a grace: a job that ended
+			// soon after its admission would hold its placement's GPUs
+			// in the policy's eyes until the next resync.
 			info, err := c.Nomad.Job(ctx, e.rec.Namespace, e.rec.ID)
 			if err != nil {
 				return fmt.Errorf("reading job %s: %w", name, err)

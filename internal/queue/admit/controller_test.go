@@ -106,6 +106,44 @@ func TestWaitingJobsHaveAPositionAndReason(t *testing.T) {
 	}
 }
 
+// A job that ends soon after its admission gives its GPUs back in the
+// round that sees its members end, not once some grace has passed: the
+// next job is admitted in that round. (The controller counted an admitted
+// job without live allocations at its admission's placement until 15 s
+// after the admission, and looked again only at the next resync: on real
+// agents 4-GPU gangs of 3 s followed each other every 25 s.)
+func TestAJobEndingSoonAfterItsAdmissionFreesItsGPUsAtOnce(t *testing.T) {
+	f := newFixture(t, 1, 4)
+	f.lead(f.c)
+	f.submit(recordOf(jobOf("default", "a", "", 2, 2), 0, t0))
+	f.submit(recordOf(jobOf("default", "b", "", 2, 2), 0, t0.Add(time.Second)))
+	f.reconcile(f.c)
+	if st := f.status("default/a"); st.State != StateAdmitted {
+		t.Fatalf("a: %+v", st)
+	}
+	// Registered, its members not placed yet: a is not forgotten, and
+	// its placement still holds the cluster for it.
+	f.nomad.mu.Lock()
+	placed := f.nomad.jobs["default/a"].allocs
+	f.nomad.jobs["default/a"].allocs = nil
+	f.nomad.mu.Unlock()
+	f.now = f.now.Add(time.Second)
+	res := f.reconcile(f.c)
+	if len(res.Finished) != 0 || len(res.Admitted) != 0 || f.status("default/a").State != StateAdmitted || f.status("default/b").State != StateQueued {
+		t.Fatalf("a registered, not placed yet: %+v; a %+v, b %+v", res, f.status("default/a"), f.status("default/b"))
+	}
+	f.nomad.mu.Lock()
+	f.nomad.jobs["default/a"].allocs = placed
+	f.nomad.mu.Unlock()
+	// a's members complete 2 s after its admission: b is admitted at once.
+	f.now = f.now.Add(time.Second)
+	f.nomad.complete("default/a")
+	res = f.reconcile(f.c)
+	if len(res.Finished) != 1 || res.Finished[0] != "default/a" || len(res.Admitted) != 1 || res.Admitted[0] != "default/b" {
+		t.Fatalf("a ended 2 s after its admission: %+v, b %+v; want a forgotten and b admitted in that round", res, f.status("default/b"))
+	}
+}
+
 // A crash between registering and recording the admission, or between
 // recording the intent and registering, never registers a job twice: the
 // next leader reads Nomad's job (its admission marker) first.

@@ -63,6 +63,9 @@ type fakeJob struct {
 	// Allocations places what fits of them, as Nomad's blocked
 	// evaluation does once capacity frees.
 	blocked int
+	// dead: every member ended by itself (Nomad's status "dead", the job
+	// not stopped).
+	dead bool
 }
 
 func newFake(nodes int, gpus int) *fakeNomad {
@@ -200,7 +203,7 @@ func (f *fakeNomad) Job(_ context.Context, ns, id string) (*JobInfo, error) {
 		return nil, nil
 	}
 	status := "running"
-	if j.stop {
+	if j.stop || j.dead {
 		status = "dead"
 	}
 	return &JobInfo{Meta: maps.Clone(j.job.Meta), Stop: j.stop, Status: status, ModifyIndex: j.modify}, nil
@@ -327,6 +330,21 @@ func (f *fakeNomad) finish(n string) {
 	}
 }
 
+// complete ends every member of a job as completed by itself, as a batch
+// job ends in Nomad: its allocations complete, the job dead, not stopped.
+func (f *fakeNomad) complete(n string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if j := f.jobs[n]; j != nil {
+		for _, a := range j.allocs {
+			a.ClientStatus, a.DesiredStatus = nomadapi.AllocClientStatusComplete, nomadapi.AllocDesiredStatusRun
+			j.ended = append(j.ended, a)
+		}
+		j.allocs, j.dead = nil, true
+		f.index++
+	}
+}
+
 func (f *fakeNomad) registered(n string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -355,7 +373,7 @@ func newFixture(t *testing.T, nodes, gpus int) *fixture {
 
 func (f *fixture) controller(id string) *Controller {
 	return &Controller{Consul: f.client, Nomad: f.nomad, Prefix: f.prefix, ID: id, SessionTTL: 2 * time.Second,
-		Logf: f.t.Logf, Now: func() time.Time { return f.now }, StartGrace: time.Second}
+		Logf: f.t.Logf, Now: func() time.Time { return f.now }}
 }
 
 func ctxOf(t *testing.T) context.Context {
