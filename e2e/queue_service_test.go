@@ -30,6 +30,12 @@ func (c *cluster) queueServiceSpec(t *testing.T, name string) string {
     min     = 1
     max     = 2
   }
+  # The range needs an autoscaler; the test scales by hand, and the slow
+  # scale-down keeps a gateway's autoscaler (none runs here) out of it.
+  autoscale {
+    target_inflight  = 100
+    scale_down_delay = "10m"
+  }
   health {
     interval      = "1s"
     timeout       = "1s"
@@ -93,6 +99,15 @@ func TestQueueServiceScaleUpPreemptsTraining(t *testing.T) {
 	}
 	c.waitHolding(t, train, 1, 2*time.Minute)
 
+	// Nomad refuses a scale while a deployment runs: the first replica
+	// healthy first.
+	queueWait(t, 3*time.Minute, "the service's deployment successful", func() (bool, string) {
+		d, _, err := c.nomad.Jobs().LatestDeployment(svc, nil)
+		if err != nil || d == nil {
+			return false, fmt.Sprintf("%v", err)
+		}
+		return d.Status == "successful", d.Status + ": " + d.StatusDescription
+	})
 	// No GPU is free: the second replica can only come from the gang.
 	if out, errOut, code := c.gpujobEnv(t, env, time.Minute, "service", "scale", svc, "2"); code != 0 {
 		t.Fatalf("service scale exited %d:\n%s%s", code, out, errOut)
