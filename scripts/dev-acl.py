@@ -173,72 +173,32 @@ def nomad(state, url, policy_dir):
         save(secrets, secret_name, tok["SecretID"], "X-Nomad-Token")
 
 
-def gateway(state, url, acl, tls):
-    """Writes the gateways' tokens and TLS material into the Nomad variable
-    nomad/jobs/gpujob-gateway, which the gateway job reads (gpujob gateway
-    render --secrets)."""
+def helper_variable(state, url, acl, tls, job):
+    """Writes the tokens (ACL 1) and Consul's TLS material (TLS 1) of one of
+    gpujob's own jobs — the gateways, the exporters, the queue controller —
+    into the Nomad variable nomad/jobs/JOB, which the job reads with its
+    workload identity (their renders' --secrets; queue apply with ACLs or
+    TLS): consul-X and nomad-X are the tokens of job gpujob-X. Nomad needs
+    no TLS material: the jobs reach it through their Task API socket."""
     secrets = os.path.join(state, "secrets")
     api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
-    if acl == "1":
-        api.token = read(os.path.join(secrets, "nomad-management.token"))
-    items = {}
-    if acl == "1":
-        items["consul_token"] = read(os.path.join(secrets, "consul-gateway.token"))
-        items["nomad_token"] = read(os.path.join(secrets, "nomad-gateway.token"))
-    if tls == "1":
-        t = os.path.join(state, "tls")
-        # Nomad needs none: the gateways reach it through their Task API
-        # socket.
-        for item, f in [("consul_ca_pem", "consul-ca.pem"), ("consul_cert_pem", "consul-cli.pem"),
-                        ("consul_key_pem", "consul-cli-key.pem")]:
-            with open(os.path.join(t, f)) as fh:
-                items[item] = fh.read()
-    path = "nomad/jobs/gpujob-gateway"
-    api.retry("writing the variable " + path, "PUT", "/v1/var/" + path,
-              {"Namespace": "default", "Path": path, "Items": items})
-
-
-def exporter(state, url, acl, tls):
-    """Writes the exporters' tokens and TLS material into the Nomad
-    variable nomad/jobs/gpujob-exporter, which the exporter job reads
-    (gpujob exporter render --secrets): the gateways' way."""
-    secrets = os.path.join(state, "secrets")
-    api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
+    short = job[len("gpujob-"):]
     items = {}
     if acl == "1":
         api.token = read(os.path.join(secrets, "nomad-management.token"))
-        items["consul_token"] = read(os.path.join(secrets, "consul-exporter.token"))
-        items["nomad_token"] = read(os.path.join(secrets, "nomad-exporter.token"))
+        items["consul_token"] = read(os.path.join(secrets, "consul-" + short + ".token"))
+        items["nomad_token"] = read(os.path.join(secrets, "nomad-" + short + ".token"))
     if tls == "1":
         t = os.path.join(state, "tls")
         for item, f in [("consul_ca_pem", "consul-ca.pem"), ("consul_cert_pem", "consul-cli.pem"),
                         ("consul_key_pem", "consul-cli-key.pem")]:
             items[item] = read(os.path.join(t, f)) + "\n"
-    path = "nomad/jobs/gpujob-exporter"
+    path = "nomad/jobs/" + job
     api.retry("writing the variable " + path, "PUT", "/v1/var/" + path,
               {"Namespace": "default", "Path": path, "Items": items})
 
 
-def queue_controller(state, url, acl, tls):
-    """Writes the queue admission controller's tokens and TLS material into
-    the Nomad variable nomad/jobs/gpujob-queue-controller, which its job
-    reads (gpujob queue apply renders it so with ACLs or TLS): the
-    exporters' way."""
-    secrets = os.path.join(state, "secrets")
-    api = API(url, "X-Nomad-Token", None, os.path.join(state, "tls"), "nomad")
-    items = {}
-    if acl == "1":
-        api.token = read(os.path.join(secrets, "nomad-management.token"))
-        items["consul_token"] = read(os.path.join(secrets, "consul-queue-controller.token"))
-        items["nomad_token"] = read(os.path.join(secrets, "nomad-queue-controller.token"))
-    if tls == "1":
-        t = os.path.join(state, "tls")
-        for item, f in [("consul_ca_pem", "consul-ca.pem"), ("consul_cert_pem", "consul-cli.pem"),
-                        ("consul_key_pem", "consul-cli-key.pem")]:
-            items[item] = read(os.path.join(t, f)) + "\n"
-    path = "nomad/jobs/gpujob-queue-controller"
-    api.retry("writing the variable " + path, "PUT", "/v1/var/" + path,
-              {"Namespace": "default", "Path": path, "Items": items})
+HELPER_JOBS = {"gateway": "gpujob-gateway", "exporter": "gpujob-exporter", "queue-controller": "gpujob-queue-controller"}
 
 
 def main(argv):
@@ -246,12 +206,8 @@ def main(argv):
         consul(argv[2], argv[3], argv[4], argv[5:])
     elif len(argv) == 5 and argv[1] == "nomad":
         nomad(argv[2], argv[3], argv[4])
-    elif len(argv) == 6 and argv[1] == "gateway":
-        gateway(argv[2], argv[3], argv[4], argv[5])
-    elif len(argv) == 6 and argv[1] == "exporter":
-        exporter(argv[2], argv[3], argv[4], argv[5])
-    elif len(argv) == 6 and argv[1] == "queue-controller":
-        queue_controller(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) == 6 and argv[1] in HELPER_JOBS:
+        helper_variable(argv[2], argv[3], argv[4], argv[5], HELPER_JOBS[argv[1]])
     else:
         sys.exit(__doc__)
 
