@@ -22,8 +22,8 @@ weights --sizes (default 40/20/20/20: gang-heavier than the simulator's Philly s
 one worker per GPU half the time (as in internal/queue/sim), else the fewest workers that fit on nodes;
 run times log-normal (median 20 s, sigma 0.8) clipped to 5-60 s (the simulator's heavy tail, squeezed
 into the issue's range); the jobs split evenly between the teams, shuffled; Poisson arrivals at the
-rate that offers --load (GPU-seconds asked per GPU-second the cluster has), the first at 0. --time-scale divides run times and gaps, for smoke runs; the figures are
-for scale 1 only.
+rate that offers --load (GPU-seconds asked per GPU-second the cluster has), the first at 0.
+--time-scale divides run times and gaps, for smoke runs; the figures are for scale 1 only.
 
 Every rank (python3 -S, the gpujob driver: one rank per GPU, started only once every member has joined
 the rendezvous) writes its start time, works by sleeping what is left of the job's run time (rank 0
@@ -45,9 +45,12 @@ members holding GPUs. Per arm, with the simulator's definitions:
     restarted gangs   jobs whose ranks started more than once (a gang stopped or broken, then resumed)
     members evicted   allocations Nomad's preemption evicted
 
-Between arms every job is purged, the queue configuration and records deleted, the controller stopped,
-the scheduler configuration restored, and the next arm starts once no process of the trial is left
-(BENCH_TRIAL). Run it through the wrapper (which starts and stops the dev cluster):
+A run in which partly placed gangs hold GPUs the rest of each needs, so that nothing changes for 2
+minutes (3 at scale 1), is reported as deadlocked: a result of that arm, without figures (the ranks'
+rendezvous_timeout, 30 min here, would fail such jobs in the end). Between arms every job is purged,
+the queue configuration and records deleted, the controller stopped, the scheduler configuration
+restored, and the next arm starts once no process of the trial is left (BENCH_TRIAL). Run it through
+the wrapper (which starts and stops the dev cluster):
 
     scripts/bench/queue-replay.sh [--runs 5] [--jobs 40] [--seed 1] [--time-scale 1]
 """
@@ -478,8 +481,12 @@ def replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup):
             if s != sig:
                 sig, sig_at = s, time.monotonic()
             elif nxt == len(order) and time.monotonic() - sig_at > max(120, 3 * 60 / a.time_scale):
-                raise RuntimeError(f"stalled: nothing changed for {time.monotonic() - sig_at:.0f} s; "
-                                   + describe_waiting(trace, done, allocs))
+                held = partial_holds(trace, done, allocs)
+                why = f"nothing changed for {time.monotonic() - sig_at:.0f} s; " + describe_waiting(trace, done, allocs)
+                if held:
+                    raise Deadlock(f"partial gangs hold {sum(held.values())} GPUs ("
+                                   + ", ".join(f"{k} {v}" for k, v in sorted(held.items())) + f"); {why}")
+                raise RuntimeError("stalled: " + why)
             if now - t0 > timeout:
                 raise TimeoutError(f"{len(done)} of {len(trace)} jobs ended within {timeout:.0f} s; "
                                    + describe_waiting(trace, done, allocs))
@@ -516,6 +523,21 @@ def save_controller_log(nomad, path):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     with open(path, "wb") as f:
         f.write(p.stdout)
+
+
+class Deadlock(RuntimeError):
+    """Partly placed gangs hold GPUs that the rest of each needs: nothing can end (the ranks' 30 min
+    rendezvous_timeout would fail them). A result of the arm, not a failure of the harness."""
+
+
+def partial_holds(trace, done, allocs):
+    """{job: GPUs held} of the jobs not ended that hold some but not all of their members."""
+    held = {}
+    for r in allocs.values():
+        if r["end"] is None:
+            held[r["job"]] = held.get(r["job"], 0) + 1
+    return {j["id"]: held[j["id"]] * j["per"] for j in trace
+            if j["id"] not in done and 0 < held.get(j["id"], 0) < j["members"]}
 
 
 def describe_waiting(trace, done, allocs):
@@ -662,8 +684,8 @@ def figures(trace, rec, ranks, allocs, ctx):
 
 def cell(s, digits, scale, unit):
     if s["n"] == 0:
-        return f"no run ({s['failed']} failed)"
-    fail = f", {s['failed']} failed" if s["failed"] else ""
+        return "-"
+    fail = f"; {s['n']} of {s['n'] + s['failed']} runs" if s["failed"] else ""
     u = f" {unit}" if unit and unit != "%" else ("%" if unit == "%" else "")
     f = f"{{:.{digits}f}}"
     return (f"{f.format(s['median'] * scale)}{u} ({f.format(s['min'] * scale)}-{f.format(s['max'] * scale)}"
@@ -671,7 +693,8 @@ def cell(s, digits, scale, unit):
 
 
 def targets(summ, arms, weights):
-    """[(target, {arm: (value text, met)})] for the arms other than the anchor."""
+    """[(arm, [(target, (value text, met or None))])] for the arms other than the anchor, the same
+    rows for each ("-" where the figures are missing)."""
     out = []
     anc = summ.get(ANCHOR)
     for arm in arms:
@@ -682,17 +705,17 @@ def targets(summ, arms, weights):
         ih = s["idle_held"]
         rows.append(("GPU-s held idle by partial gangs = 0 (every run)",
                      (f"max {ih['max']:.1f}", ih["max"] < 0.05) if ih["n"] else ("-", None)))
-        if anc and anc["utilisation"]["n"] and s["utilisation"]["n"]:
-            d = (s["utilisation"]["median"] - anc["utilisation"]["median"]) * 100
-            rows.append(("utilisation >= plain Nomad's + 10 points", (f"{d:+.1f} points", d >= 10)))
-            r = s["p95_jct"]["median"] / anc["p95_jct"]["median"]
-            rows.append(("p95 JCT <= 0.8x plain Nomad's", (f"{r:.2f}x", r <= 0.8)))
+        both = anc and anc["utilisation"]["n"] and s["utilisation"]["n"]
+        d = (s["utilisation"]["median"] - anc["utilisation"]["median"]) * 100 if both else None
+        rows.append(("utilisation >= plain Nomad's + 10 points",
+                     (f"{d:+.1f} points", d >= 10 - 1e-9) if both else ("-", None)))
+        r = s["p95_jct"]["median"] / anc["p95_jct"]["median"] if both else None
+        rows.append(("p95 JCT <= 0.8x plain Nomad's", (f"{r:.2f}x", r <= 0.8 + 1e-9) if both else ("-", None)))
         for team, w in weights.items():
             sh = s[f"share_{team}"]
-            if sh["n"]:
-                dev = sh["median"] / w - 1
-                rows.append((f"{team} share within 10 % of its weight {w:.3f}",
-                             (f"{sh['median']:.3f} ({dev:+.0%})", abs(dev) <= 0.10)))
+            dev = sh["median"] / w - 1 if sh["n"] else None
+            rows.append((f"{team} share within 10 % of its weight {w:.3f}",
+                         (f"{sh['median']:.3f} ({dev:+.0%})", abs(dev) <= 0.10 + 1e-9) if sh["n"] else ("-", None)))
         out.append((arm, rows))
     return out
 
@@ -705,7 +728,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=40, help="jobs in the trace (40)")
     ap.add_argument("--seed", type=int, default=1, help="the trace's seed (1)")
     ap.add_argument("--load", type=float, default=1.5, help="offered load (GPU-s asked per GPU-s); default 1.5")
-    ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"GPUS:WEIGHT,... ({DEFAULT_SIZES}; the simulator's Philly shape: {PHILLY_SIZES})")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES,
+                    help=f"GPUS:WEIGHT,... ({DEFAULT_SIZES}; the simulator's Philly shape: {PHILLY_SIZES})")
     ap.add_argument("--time-scale", type=float, default=1.0,
                     help="divide run times and arrival gaps by this (smoke runs; figures only for 1)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"from {ARMS}")
@@ -741,6 +765,7 @@ def main():
     weights = {t: w / wsum for t, w in TEAMS}
     tag = bl.new_tag("bench-replay")
     results = {arm: [] for arm in arms}
+    outcomes = {arm: [] for arm in arms}  # per run: "completed", "deadlocked: ...", "failed: ..."
     raw = {arm: {k: [] for k, *_ in METRICS} for arm in arms}
     timeline = []
     bl.log(f"cluster: {gpus} GPUs ({per_node} per node); quotas {q}; trace: {len(trace)} jobs, "
@@ -766,12 +791,20 @@ def main():
                     box = {}
 
                     def measure(cleanup, arm=arm, trial=trial, box=box):
-                        box["fig"], box["jobs"] = replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup)
+                        try:
+                            box["fig"], box["jobs"] = replay(nomad, consul, a, ctx, trial, arm, trace, scratch,
+                                                             cleanup)
+                        except Exception as e:
+                            box["error"] = e
+                            raise
                         return box["fig"]["makespan"]
 
                     bl.run_trial(f"run {i + 1}/{a.runs} {arm} (makespan)", trial, measure)
                     fig = box.get("fig")
                     results[arm].append(fig)
+                    err = box.get("error")
+                    outcomes[arm].append("completed" if fig else
+                                         f"{'deadlocked' if isinstance(err, Deadlock) else 'failed'}: {err}")
                     for k, *_ in METRICS:
                         raw[arm][k].append(None if fig is None else fig.get(k))
                     if fig:
@@ -798,10 +831,21 @@ def main():
     labels = {"queue": "gpujob queue", "nomad": "plain Nomad (anchor)", "nomad-preempt": "Nomad + batch preemption"}
     print("| | " + " | ".join(labels[x] for x in arms) + " |")
     print("| --- |" + " --- |" * len(arms))
+
+    def runs_cell(arm):
+        dl = sum(1 for o in outcomes[arm] if o.startswith("deadlocked"))
+        fl = sum(1 for o in outcomes[arm] if o.startswith("failed"))
+        extra = ", ".join(x for x in (f"{dl} deadlocked" if dl else "", f"{fl} failed" if fl else "") if x)
+        return f"{len(outcomes[arm]) - dl - fl} of {len(outcomes[arm])}" + (f" ({extra})" if extra else "")
+    print("| runs that completed every job | " + " | ".join(runs_cell(x) for x in arms) + " |")
     for k, label, unit, digits, scale in METRICS:
         if k.startswith("share_"):
             label += f" (weight {weights[k[6:]]:.3f})"
         print(f"| {label} | " + " | ".join(cell(summ[x][k], digits, scale, unit) for x in arms) + " |")
+    for arm in arms:
+        for i, o in enumerate(outcomes[arm]):
+            if o != "completed":
+                print(f"\n{labels[arm]}, run {i + 1}: {o[:600]}")
     tg = targets(summ, arms, weights)
     if tg:
         print("\nTargets (issue 25), against plain Nomad's medians; shares: |share / weight - 1| <= 0.10:\n")
@@ -811,18 +855,20 @@ def main():
         for r in range(len(tg[0][1])):
             row = [tg[0][1][r][0]]
             for _, rows in tg:
-                v, met = rows[r][1] if r < len(rows) else ("-", None)
-                row.append(f"{v}: " + ("met" if met else "NOT met") if met is not None else v)
+                v, met = rows[r][1]
+                row.append(v if met is None else f"{v}: " + ("met" if met else "NOT met"))
             print("| " + " | ".join(row) + " |")
     if a.timeline:
         with open(a.timeline, "w") as f:
             json.dump({"trace": trace, "runs": timeline}, f)
     bl.emit({"bench": "queue-replay", "runs": a.runs, "jobs": len(trace), "seed": a.seed, "load": a.load,
              "sizes": a.sizes, "time_scale": a.time_scale, "gpus": gpus, "gpus_per_node": per_node,
-             "quotas": q, "weights": weights, "anchor": ANCHOR, "raw": raw, "summary": summ,
+             "quotas": q, "weights": weights, "anchor": ANCHOR, "outcomes": outcomes, "raw": raw, "summary": summ,
              "targets": {arm: [{"target": t, "value": v, "met": m} for t, (v, m) in rows] for arm, rows in tg}},
             a.json)
-    return 0 if all(all(f is not None for f in results[x]) for x in arms) else 1
+    # A deadlocked run is a result (plain Nomad's partial gangs holding what each other needs); any
+    # other failure is the harness's.
+    return 0 if all(not o.startswith("failed") for x in arms for o in outcomes[x]) else 1
 
 
 if __name__ == "__main__":
