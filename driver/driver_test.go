@@ -324,10 +324,14 @@ func TestGroupGetsRanksAndSucceeds(t *testing.T) {
 func TestGroupRestartsWhenARankFails(t *testing.T) {
 	h := harness(t, Config{})
 	p := ports(t, 2)
-	// Rank 2 fails in the first round; every rank runs again, once.
+	// Rank 2 fails in the first round; every rank runs again, once. The
+	// other first-round ranks outlast the news of the failure (the
+	// restart stops them): ending in 0.5 s, member 0 once finished before
+	// it heard, on a loaded machine, and round 2 never formed.
 	tc := TaskConfig{Command: "/bin/sh", NProcPerNode: 2, MaxRestarts: 2,
 		Args: []string{"-c", `echo "gen=$GPUJOB_GENERATION restarts=$TORCHELASTIC_RESTART_COUNT rank=$RANK"
-if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 2 ]; then exit 7; fi; sleep 0.5`},
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 2 ]; then exit 7; fi
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 30; else sleep 0.5; fi`},
 		Rendezvous: &RendezvousConfig{NNodes: "2", Port: "rdzv", JoinTimeout: "30s"}}
 	cfgs := []*drivers.TaskConfig{member(t, h, "restart", 0, p[0], tc), member(t, h, "restart", 1, p[1], tc)}
 	events, err := h.TaskEvents(context.Background())

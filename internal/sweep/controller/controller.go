@@ -236,6 +236,12 @@ func (r *runner) round(ctx context.Context, saved *atomic.Uint64) (done bool, wa
 		if err != nil {
 			return false, time.Time{}, err
 		}
+		// Launches follow a configuration read after the observations: a
+		// queue configuration removed before a trial ended (which this
+		// round has seen) is gone for the trial launched in its place.
+		if ql.queue, err = r.queueMode(ctx); err != nil {
+			return false, time.Time{}, err
+		}
 		res, err := Reconcile(c.Plan, st, obs)
 		if err != nil {
 			return false, time.Time{}, err
