@@ -68,15 +68,8 @@ func TestQueueServiceScaleUpPreemptsTraining(t *testing.T) {
 		c.gpujob(t, time.Minute, "service", "stop", "--purge", svc)
 		c.resetQueues(t, cc, svc, train)
 	})
-	env := append(os.Environ(), "NOMAD_ADDR="+c.env["NOMAD_ADDR"], "CONSUL_HTTP_ADDR="+c.env["CONSUL_HTTP_ADDR"],
-		"GPUJOB_CONTROLLER_BINARY="+c.env["GPUJOB_CONTROLLER_BINARY"])
-	queues := filepath.Join(t.TempDir(), "queues.hcl")
-	if err := os.WriteFile(queues, []byte(fmt.Sprintf("queue \"default\" {\n  gpus = %d\n}\n", fakeGPUsPerClient)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, code := c.gpujobEnv(t, env, time.Minute, "queue", "apply", queues); code != 0 {
-		t.Fatalf("queue apply exited %d:\n%s%s", code, out, errOut)
-	}
+	env := c.queueEnv()
+	c.applyQueues(t, cc, fmt.Sprintf("queue \"default\" {\n  gpus = %d\n}\n", fakeGPUsPerClient))
 
 	out, errOut, code := c.gpujobEnv(t, env, 2*time.Minute, "service", "deploy", "--detach", c.queueServiceSpec(t, svc))
 	if code != 0 || !strings.Contains(out+errOut, "queue") {
@@ -88,15 +81,8 @@ func TestQueueServiceScaleUpPreemptsTraining(t *testing.T) {
 	})
 	c.waitHolding(t, svc, 1, 2*time.Minute)
 
-	spec := filepath.Join(t.TempDir(), train+".hcl")
 	src := strings.Replace(queueTrainSpec(train, 1, 600), "gpus_per_worker = 1", "gpus_per_worker = 2", 1)
-	src = strings.Replace(src, "max_failures", "checkpoint_grace   = \"2s\"\n  max_failures", 1)
-	if err := os.WriteFile(spec, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, code := c.gpujobEnv(t, env, 2*time.Minute, "submit", "--detach", spec); code != 0 {
-		t.Fatalf("submit of the training gang exited %d:\n%s%s", code, out, errOut)
-	}
+	c.submitDetached(t, train, strings.Replace(src, "max_failures", "checkpoint_grace   = \"2s\"\n  max_failures", 1))
 	c.waitHolding(t, train, 1, 2*time.Minute)
 
 	// Nomad refuses a scale while a deployment runs: the first replica

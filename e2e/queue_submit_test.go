@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,8 +88,7 @@ func TestQueueGangHoldsNoGPUsIdle(t *testing.T) {
 	names := []string{"e2e-plain-a", "e2e-plain-b", "e2e-qgang-a", "e2e-qgang-b", "e2e-qgang-c"}
 	c.resetQueues(t, cc) // nothing of another test's queues
 	t.Cleanup(func() { c.resetQueues(t, cc, names...) })
-	env := append(os.Environ(), "NOMAD_ADDR="+c.env["NOMAD_ADDR"], "CONSUL_HTTP_ADDR="+c.env["CONSUL_HTTP_ADDR"],
-		"GPUJOB_CONTROLLER_BINARY="+c.env["GPUJOB_CONTROLLER_BINARY"])
+	env := c.queueEnv()
 	submit := func(name string, workers, secs int) string {
 		t.Helper()
 		out, errOut, code := c.gpujobEnv(t, env, 2*time.Minute, "submit", "--detach", queueSpecFile(t, name, workers, secs))
@@ -117,13 +115,7 @@ func TestQueueGangHoldsNoGPUsIdle(t *testing.T) {
 	c.purge("e2e-plain-b")
 
 	// Queue mode: the configuration, and the controller queue apply starts.
-	queues := filepath.Join(t.TempDir(), "queues.hcl")
-	if err := os.WriteFile(queues, []byte(fmt.Sprintf("queue \"default\" {\n  gpus = %d\n}\n", gpus)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, code := c.gpujobEnv(t, env, time.Minute, "queue", "apply", queues); code != 0 {
-		t.Fatalf("queue apply exited %d:\n%s%s", code, out, errOut)
-	}
+	c.applyQueues(t, cc, fmt.Sprintf("queue \"default\" {\n  gpus = %d\n}\n", gpus))
 
 	out := submit("e2e-qgang-a", 2, runSecs)
 	if !strings.Contains(out, "queued e2e-qgang-a in default") {
@@ -139,19 +131,7 @@ func TestQueueGangHoldsNoGPUsIdle(t *testing.T) {
 		st := queueStatus(t, cc, "e2e-qgang-b")
 		return st != nil && st.State == admit.StateQueued && st.Position == 1 && st.Reason != "", fmt.Sprintf("%+v", st)
 	})
-	var status struct {
-		Queue *struct {
-			State    string `json:"state"`
-			Position int    `json:"position"`
-			Reason   string `json:"reason"`
-			GPUs     int    `json:"gpus"`
-		} `json:"queue"`
-	}
-	sout, serr, code := c.gpujobEnv(t, env, time.Minute, "status", "--json", "e2e-qgang-b")
-	if code != 0 || json.Unmarshal([]byte(sout), &status) != nil || status.Queue == nil {
-		t.Fatalf("gpujob status --json of a queued job exited %d:\n%s%s", code, sout, serr)
-	}
-	if q := status.Queue; q.State != admit.StateQueued || q.Position != 1 || q.GPUs != 4 || !strings.Contains(q.Reason, "GPUs") {
+	if q := c.jobQueueStatus(t, "e2e-qgang-b"); q.State != admit.StateQueued || q.Position != 1 || q.GPUs != 4 || !strings.Contains(q.Reason, "GPUs") {
 		t.Errorf("status of B while A runs: %+v; want queued at position 1 for 4 GPUs, with a reason about GPUs", *q)
 	}
 	lout, lerr, code := c.gpujobEnv(t, env, time.Minute, "list")

@@ -71,21 +71,7 @@ func ControllerJobspec(c Controller) ([]byte, error) {
 	job.AppendNewline()
 
 	group := job.AppendNewBlock("group", []string{ControllerGroup}).Body()
-	restart := group.AppendNewBlock("restart", nil).Body()
-	restart.SetAttributeValue("attempts", cty.NumberIntVal(10))
-	restart.SetAttributeValue("interval", cty.StringVal("10m"))
-	restart.SetAttributeValue("delay", cty.StringVal("1s"))
-	restart.SetAttributeValue("mode", cty.StringVal("fail"))
-	group.AppendNewline()
-	reschedule := group.AppendNewBlock("reschedule", nil).Body()
-	reschedule.SetAttributeValue("attempts", cty.Zero)
-	reschedule.SetAttributeValue("unlimited", cty.True)
-	// A controller that cannot start (a wrong --controller-binary) is
-	// tried again less and less often; gpujob sweep submit says why.
-	reschedule.SetAttributeValue("delay", cty.StringVal("5s"))
-	reschedule.SetAttributeValue("delay_function", cty.StringVal("exponential"))
-	reschedule.SetAttributeValue("max_delay", cty.StringVal("5m"))
-	group.AppendNewline()
+	controllerRestarts(group)
 
 	task := group.AppendNewBlock("task", []string{ControllerTask}).Body()
 	task.SetAttributeValue("driver", cty.StringVal("raw_exec"))
@@ -137,4 +123,25 @@ func helperJob(comment, id, typ string, dcs []string, namespace, nodePool string
 		job.SetAttributeValue("node_pool", cty.StringVal(nodePool))
 	}
 	return f, job
+}
+
+// controllerRestarts gives a controller's group (a sweep's, the queue's)
+// its restart and reschedule policy: restarted at once when it dies, and
+// rescheduled without limit when its node goes, since its state is in
+// Consul. A controller that cannot start at all (a wrong binary) is tried
+// again less and less often.
+func controllerRestarts(group *hclwrite.Body) {
+	restart := group.AppendNewBlock("restart", nil).Body()
+	restart.SetAttributeValue("attempts", cty.NumberIntVal(10))
+	restart.SetAttributeValue("interval", cty.StringVal("10m"))
+	restart.SetAttributeValue("delay", cty.StringVal("1s"))
+	restart.SetAttributeValue("mode", cty.StringVal("fail"))
+	group.AppendNewline()
+	reschedule := group.AppendNewBlock("reschedule", nil).Body()
+	reschedule.SetAttributeValue("attempts", cty.Zero)
+	reschedule.SetAttributeValue("unlimited", cty.True)
+	reschedule.SetAttributeValue("delay", cty.StringVal("5s"))
+	reschedule.SetAttributeValue("delay_function", cty.StringVal("exponential"))
+	reschedule.SetAttributeValue("max_delay", cty.StringVal("5m"))
+	group.AppendNewline()
 }

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -264,3 +265,44 @@ job "{job}" {{
   }}
 }}
 """
+
+
+# ---- Consul and the gpujob CLI (the queue harnesses) ---------------------------------------
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+QUEUE_CONFIG_KEY = "gpujob/queues/config"
+QUEUE_LEADER_KEY = "gpujob/queues/state/leader"
+
+
+class Consul:
+    """The dev cluster's Consul (CONSUL_HTTP_ADDR; no ACLs or TLS)."""
+
+    def __init__(self):
+        addr = os.environ["CONSUL_HTTP_ADDR"]
+        self.base = addr if "://" in addr else "http://" + addr
+
+    def call(self, method, path):
+        """The JSON answer of one request; None for Consul's 404."""
+        req = urllib.request.Request(self.base + path, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def leader_session(self):
+        """The session holding the queue controller's leader key, None when none does."""
+        kv = self.call("GET", "/v1/kv/" + QUEUE_LEADER_KEY)
+        return kv[0].get("Session") if kv else None
+
+
+def gpujob(*args, check=True):
+    """Runs the checkout's bin/gpujob; its output (stdout and stderr). check: a non-zero
+    exit raises."""
+    p = subprocess.run([os.path.join(REPO, "bin", "gpujob"), *args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"gpujob {' '.join(args)} exited {p.returncode}: {p.stdout}")
+    return p.stdout

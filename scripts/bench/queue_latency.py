@@ -23,21 +23,16 @@ Run it through the wrapper (which starts and stops the dev cluster):
     scripts/bench/queue-latency.sh [--runs 5] [--n 2]
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
-import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
 import benchlib as bl  # noqa: E402
 
 ARMS = ["nomad", "submit", "submit-queue"]
 TASK = 'date +%s.%N > "$BENCH_DIR/$NOMAD_ALLOC_ID"; exec sleep 300'
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CONFIG_KEY = "gpujob/queues/config"
-LEADER_KEY = "gpujob/queues/state/leader"
+CONFIG_KEY = bl.QUEUE_CONFIG_KEY
 
 
 def spec_hcl(name, n, env):
@@ -60,53 +55,25 @@ def spec_hcl(name, n, env):
 """
 
 
-class Consul:
-    def __init__(self):
-        addr = os.environ["CONSUL_HTTP_ADDR"]
-        self.base = addr if "://" in addr else "http://" + addr
-
-    def call(self, method, path):
-        req = urllib.request.Request(self.base + path, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return None
-            raise
-
-    def leader_session(self):
-        kv = self.call("GET", "/v1/kv/" + LEADER_KEY)
-        return kv[0].get("Session") if kv else None
-
-
-def gpujob(*args, check=True):
-    p = subprocess.run([os.path.join(REPO, "bin", "gpujob"), *args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"gpujob {' '.join(args)} exited {p.returncode}: {p.stdout}")
-    return p.stdout
-
-
 def queue_mode(consul, on, queues_file):
     if on:
-        gpujob("queue", "apply", "--no-controller", queues_file)
+        bl.gpujob("queue", "apply", "--no-controller", queues_file)
     else:
         consul.call("DELETE", "/v1/kv/" + CONFIG_KEY)
 
 
 def one(nomad, a, tag, trial, arm, out_dir, spec_path, cleanup):
     if arm == "submit-queue":
-        cleanup.append(lambda: gpujob("stop", "--purge", "--detach", trial, check=False))
+        cleanup.append(lambda: bl.gpujob("stop", "--purge", "--detach", trial, check=False))
     else:
         cleanup.append(lambda: nomad.stop(trial))
     if arm == "nomad":
-        hcl = gpujob("render", spec_path)
+        hcl = bl.gpujob("render", spec_path)
         t0 = time.time()
         nomad.run(hcl)
     else:
         t0 = time.time()
-        gpujob("submit", "--detach", spec_path)
+        bl.gpujob("submit", "--detach", spec_path)
     deadline = time.monotonic() + a.timeout
     last_check = 0.0
     while True:
@@ -143,7 +110,7 @@ def main():
     if a.runs < 1 or a.n < 1 or not arms or any(x not in ARMS for x in arms):
         ap.error(f"--runs >= 1, --n >= 1, --arms from {ARMS}")
     bl.exit_on_signals()
-    nomad, consul = bl.Nomad(), Consul()
+    nomad, consul = bl.Nomad(), bl.Consul()
     tag = bl.new_tag("bench-queue")
     figures = {arm: [] for arm in arms}
     with bl.scratch_dir(tag) as scratch:
@@ -153,7 +120,7 @@ def main():
             f.write(f'queue "default" {{\n  gpus = {a.n}\n}}\n')
         if "submit-queue" in arms:
             # The controller, once: a Nomad job that leads by a Consul lock.
-            gpujob("queue", "apply", queues_file)
+            bl.gpujob("queue", "apply", queues_file)
             deadline = time.monotonic() + 120
             while not consul.leader_session():
                 if time.monotonic() > deadline:

@@ -70,10 +70,8 @@ import benchlib as bl  # noqa: E402
 
 ARMS = ["queue", "nomad", "nomad-preempt"]
 ANCHOR = "nomad"
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CONFIG_KEY = "gpujob/queues/config"
+CONFIG_KEY = bl.QUEUE_CONFIG_KEY
 QUEUES_TREE = "gpujob/queues"
-LEADER_KEY = "gpujob/queues/state/leader"
 CONTROLLER_JOB = "gpujob-queue-controller"
 TEAMS = [("team-a", 2.0), ("team-b", 1.0)]  # name, weight (jobs split 50/50)
 PRIORITY = {"team-a": 70, "team-b": 50}  # nomad-preempt only; Nomad preempts at a difference of >= 10
@@ -227,39 +225,11 @@ def spec_hcl(name, j, arm, env, grace):
 # ---- cluster access ------------------------------------------------------------------------
 
 
-class Consul:
-    def __init__(self):
-        addr = os.environ["CONSUL_HTTP_ADDR"]
-        self.base = addr if "://" in addr else "http://" + addr
-
-    def call(self, method, path):
-        req = urllib.request.Request(self.base + path, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return None
-            raise
-
-    def leader_session(self):
-        kv = self.call("GET", "/v1/kv/" + LEADER_KEY)
-        return kv[0].get("Session") if kv else None
-
-
 def nomad_call(nomad, method, path):
     req = urllib.request.Request(nomad.addr + path, method=method)
     with urllib.request.urlopen(req, timeout=60) as r:
         body = r.read()
     return json.loads(body) if body else None
-
-
-def gpujob(*args, check=True):
-    p = subprocess.run([os.path.join(REPO, "bin", "gpujob"), *args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"gpujob {' '.join(args)} exited {p.returncode}: {p.stdout}")
-    return p.stdout
 
 
 def cluster_gpus(nomad):
@@ -413,7 +383,7 @@ def replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup):
                 time.sleep(0.2)
         # Stopped before the jobs are purged (cleanup runs in order): nothing is admitted meanwhile.
         cleanup.insert(0, stop_controller)
-        gpujob("queue", "apply", ctx["queues_file"])
+        bl.gpujob("queue", "apply", ctx["queues_file"])
         deadline = time.monotonic() + 120
         while not consul.leader_session():
             if time.monotonic() > deadline:
@@ -449,7 +419,7 @@ def replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup):
             env = dict(os.environ, BENCH_TAG=ctx["tag"], BENCH_TRIAL=trial)
             rec[j["id"]]["submit"] = time.time()
             submits[j["id"]] = (subprocess.Popen(
-                [os.path.join(REPO, "bin", "gpujob"), "submit", "--detach", spec_paths[j["id"]]],
+                [os.path.join(bl.REPO, "bin", "gpujob"), "submit", "--detach", spec_paths[j["id"]]],
                 stdout=logf, stderr=subprocess.STDOUT, env=env), logf)
             nxt += 1
         for jid, (p, logf) in submits.items():
@@ -757,7 +727,7 @@ def main():
     if a.logs:
         os.makedirs(a.logs, exist_ok=True)
     bl.exit_on_signals()
-    nomad, consul = bl.Nomad(), Consul()
+    nomad, consul = bl.Nomad(), bl.Consul()
     gpus, per_node = cluster_gpus(nomad)
     trace, work = make_trace(a.seed, a.jobs, gpus, per_node, a.load, sizes)
     q = quotas(gpus)
