@@ -188,9 +188,15 @@ class Nomad:
         self.addr = os.environ["NOMAD_ADDR"]
         self.bin = os.environ.get("NOMAD_BIN") or "nomad"
 
+    def call(self, method, path):
+        """The JSON answer of one HTTP API request (None for an empty one)."""
+        req = urllib.request.Request(self.addr + path, method=method)
+        with urllib.request.urlopen(req, timeout=60) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
     def get(self, path):
-        with urllib.request.urlopen(self.addr + path, timeout=60) as r:
-            return json.load(r)
+        return self.call("GET", path)
 
     def run(self, hcl):
         """`nomad job run -detach` of the HCL text; returns when the CLI returns."""

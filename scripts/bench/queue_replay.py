@@ -225,13 +225,6 @@ def spec_hcl(name, j, arm, env, grace):
 # ---- cluster access ------------------------------------------------------------------------
 
 
-def nomad_call(nomad, method, path):
-    req = urllib.request.Request(nomad.addr + path, method=method)
-    with urllib.request.urlopen(req, timeout=60) as r:
-        body = r.read()
-    return json.loads(body) if body else None
-
-
 def cluster_gpus(nomad):
     """(total GPUs, GPUs per node) of the ready nodes."""
     per = []
@@ -251,7 +244,7 @@ def cluster_gpus(nomad):
 
 
 def scheduler_batch_preemption(nomad):
-    cfg = nomad_call(nomad, "GET", "/v1/operator/scheduler/configuration")["SchedulerConfig"]
+    cfg = nomad.call("GET", "/v1/operator/scheduler/configuration")["SchedulerConfig"]
     return bool(cfg["PreemptionConfig"].get("BatchSchedulerEnabled"))
 
 
@@ -355,7 +348,7 @@ def replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup):
     def purge_all():
         for j in trace:
             try:
-                nomad_call(nomad, "DELETE", f"/v1/job/{urllib.parse.quote(names[j['id']])}?purge=true")
+                nomad.call("DELETE", f"/v1/job/{urllib.parse.quote(names[j['id']])}?purge=true")
             except urllib.error.HTTPError:
                 pass
         # Wait for the arm's allocations to stop (GPUs free for the next arm), then collect them.
@@ -363,7 +356,7 @@ def replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup):
         while time.monotonic() < deadline and any(not terminal(x) for x in arm_allocs(nomad, prefix)):
             time.sleep(0.5)
         try:
-            nomad_call(nomad, "PUT", "/v1/system/gc")
+            nomad.call("PUT", "/v1/system/gc")
         except urllib.error.HTTPError:
             pass
 
@@ -374,7 +367,7 @@ def replay(nomad, consul, a, ctx, trial, arm, trace, scratch, cleanup):
             if a.logs:
                 save_controller_log(nomad, os.path.join(a.logs, trial + ".controller.log"))
             try:
-                nomad_call(nomad, "DELETE", f"/v1/job/{CONTROLLER_JOB}?purge=true")
+                nomad.call("DELETE", f"/v1/job/{CONTROLLER_JOB}?purge=true")
             except urllib.error.HTTPError:
                 pass
             consul.call("DELETE", f"/v1/kv/{QUEUES_TREE}?recurse=true")
@@ -786,7 +779,7 @@ def main():
                 set_batch_preemption(nomad, before)
             if "queue" in arms:
                 try:
-                    nomad_call(nomad, "DELETE", f"/v1/job/{CONTROLLER_JOB}?purge=true")
+                    nomad.call("DELETE", f"/v1/job/{CONTROLLER_JOB}?purge=true")
                 except (urllib.error.HTTPError, OSError):
                     pass
             consul.call("DELETE", f"/v1/kv/{QUEUES_TREE}?recurse=true")
