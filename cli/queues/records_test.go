@@ -157,7 +157,14 @@ func testJob(id string) *api.Job {
 func strp(s string) *string { return &s }
 
 func records(t *testing.T) Records {
-	return Records{Consul: shared.Client(t), Prefix: "test/" + strings.ReplaceAll(t.Name(), "/", "-")}
+	t.Helper()
+	r := Records{Consul: shared.Client(t), Prefix: "test/" + strings.ReplaceAll(t.Name(), "/", "-")}
+	// The tree is the test's own, but not its run's: with -count=N a run
+	// would find the last one's records.
+	if _, err := r.Consul.KV().DeleteTree(r.Prefix+"/", nil); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func enqueue(t *testing.T, r Records, id string) *Entry {
@@ -313,6 +320,9 @@ func TestAwaitAdmissionEnds(t *testing.T) {
 
 	e = enqueue(t, r, "cancelled")
 	cctx, cancel := context.WithCancel(ctx)
+	// Lines of its own: the first wait may have printed the queued status
+	// before it saw the deletion.
+	lines = make(chan string, 16)
 	go func() {
 		_, err := r.AwaitAdmission(cctx, e, AwaitOptions{Out: lineWriter{lines}})
 		done <- err
