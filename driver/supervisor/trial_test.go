@@ -137,12 +137,23 @@ func ranksGone(t *testing.T, dir string, want int) {
 		t.Fatalf("%d ranks started, want %d", len(entries), want)
 	}
 	for _, f := range entries {
-		b, _ := os.ReadFile(f)
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		pid := readPID(f)
+		if pid <= 0 {
+			// Probing PID 0 would ask about our own process group.
+			t.Errorf("%s holds no PID", f)
+			continue
+		}
 		if !eventually(func() bool { return !running(pid) }) {
 			t.Errorf("rank %d survived the trial's stop", pid)
 		}
 	}
+}
+
+// readPID is the PID a rank wrote into path; 0 while it has not.
+func readPID(path string) int {
+	b, _ := os.ReadFile(path)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
 }
 
 func lastEvent(t *testing.T, events []taskevent.Event) taskevent.Event {
@@ -159,9 +170,11 @@ func TestTrialStopRequestStopsTheRanksAndExitsZero(t *testing.T) {
 	dir := t.TempDir()
 	go func() {
 		<-coord.watched
-		// The stop comes once both ranks run (have written their PIDs).
+		// The stop comes once both ranks run (have written their PIDs:
+		// the file exists before the shell has written into it, and a
+		// rank stopped in between leaves it empty).
 		for _, f := range []string{"pid.0", "pid.1"} {
-			eventually(func() bool { _, err := os.Stat(filepath.Join(dir, f)); return err == nil })
+			eventually(func() bool { return readPID(filepath.Join(dir, f)) > 0 })
 		}
 		trial.stop <- ashaStop
 	}()
